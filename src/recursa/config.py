@@ -1,0 +1,389 @@
+"""Configuration: the only module that reads ``os.environ``.
+
+Precedence, lowest first: built-in defaults (the named constants below), the
+TOML file ``$RECURSA_HOME/config.toml``, environment variables, then command
+line flags (applied by the caller with :func:`dataclasses.replace`).
+
+The file, field by field::
+
+    model = "openai/gpt-4o-mini"        # default model when --model is not given
+
+    [providers.openai]                  # also: anthropic, or any name with kind = "openai"
+    kind = "openai"                     # "openai" (Chat Completions) or "anthropic"
+    base_url = "http://127.0.0.1:8000/v1"
+    api_key = "..."                     # better: the environment variable below
+    api_key_env = "OPENAI_API_KEY"
+    timeout = 600                       # seconds per request
+    max_retries = 4                     # extra attempts after a retryable failure
+
+    [prices."openai/gpt-4o-mini"]       # USD per million tokens
+    input = 0.15
+    output = 0.60
+    cached_input = 0.075
+
+    [context_windows]                   # tokens, per model reference
+    "openai/my-model" = 32000
+
+    [limits]
+    max_steps = 50                      # model calls per run
+    max_tokens = 0                      # input + output tokens per run, 0 = no limit
+    max_time = "30m"                    # wall clock per run, 0 = no limit
+    cell_timeout = "2m"                 # per cell; the kernel is interrupted, then restarted
+    output_chars = 8000                 # cell output shown to the model (head + tail)
+
+    [kernel]
+    env_allow = ["MY_TOOL_HOME"]        # extra variables a kernel may see
+    startup_timeout = 60
+
+    [local]
+    n_ctx = 8192                        # context length for embedded models
+    threads = 0                         # 0 = all cores
+
+Provider credentials (any ``api_key`` and the variables named by
+``api_key_env``) never reach a kernel: :func:`kernel_environment` builds the
+kernel's environment from an allow-list and then removes every credential by
+name and by value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from recursa.errors import ConfigError
+
+ProviderKind = Literal["openai", "anthropic"]
+
+DEFAULT_HOME = Path("~/.recursa")
+CONFIG_FILE_NAME = "config.toml"
+
+DEFAULT_MAX_STEPS = 50
+DEFAULT_CELL_TIMEOUT = 120.0
+DEFAULT_OUTPUT_CHARS = 8000
+DEFAULT_PROVIDER_TIMEOUT = 600.0
+DEFAULT_MAX_RETRIES = 4
+DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
+DEFAULT_LOCAL_N_CTX = 8192
+
+KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
+        "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "COLUMNS", "LINES",
+        "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR", "JUPYTER_PLATFORM_DIRS",
+    }
+)
+"""Variables a kernel inherits by default (plus every ``LC_*``). Anything else
+must be named in ``[kernel] env_allow``."""
+
+_CREDENTIAL_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+_BUILTIN_PROVIDERS: dict[str, tuple[ProviderKind, str, str]] = {
+    # name: (kind, api key variable, base url variable)
+    "openai": ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "anthropic": ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """How to reach one HTTP provider. ``api_key`` is a secret: never logged."""
+
+    name: str
+    kind: ProviderKind
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
+    timeout: float = DEFAULT_PROVIDER_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens. ``cached_input`` defaults to ``input`` when unknown."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-run limits. ``None`` means no limit."""
+
+    max_steps: int | None = DEFAULT_MAX_STEPS
+    max_tokens: int | None = None
+    max_time: float | None = None
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
+    output_chars: int = DEFAULT_OUTPUT_CHARS
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    startup_timeout: float = DEFAULT_KERNEL_STARTUP_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    n_ctx: int = DEFAULT_LOCAL_N_CTX
+    threads: int = 0
+    models_dir: Path = Path("~/.recursa/models")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything recursa reads from the outside world, resolved once."""
+
+    home: Path
+    model: str | None = None
+    providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    context_windows: Mapping[str, int] = field(default_factory=dict)
+    limits: Limits = Limits()
+    kernel: KernelConfig = KernelConfig()
+    local: LocalConfig = LocalConfig()
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """Every credential value configured, for scrubbing."""
+        return frozenset(p.api_key for p in self.providers.values() if p.api_key)
+
+
+def parse_duration(value: object, *, key: str) -> float | None:
+    """``"90s"``, ``"30m"``, ``"2h"``, ``"1d"`` or a number of seconds; 0 means no limit."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like '30m', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value)
+        if not match:
+            raise ConfigError(f"{key}: expected a duration like '90s', '30m' or '2h', got {value!r}")
+        unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        seconds = float(match.group(1)) * unit
+    else:
+        raise ConfigError(f"{key}: expected a duration like '30m', got {value!r}")
+    if seconds < 0:
+        raise ConfigError(f"{key}: a duration cannot be negative")
+    return seconds or None
+
+
+def load_config(env: Mapping[str, str] | None = None, *, file: Path | None = None) -> Config:
+    """Resolve the configuration from defaults, the TOML file and the environment.
+
+    ``env`` defaults to ``os.environ``; tests pass their own mapping.
+    A malformed file or value raises :class:`ConfigError` naming the key.
+    """
+    environ: Mapping[str, str] = os.environ if env is None else env
+    home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
+    path = file or Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
+    data = _read_toml(path)
+    known = {"model", "providers", "prices", "context_windows", "limits", "kernel", "local"}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+
+    providers = _providers(_table(data, "providers", path), environ, path)
+    kernel_table = _table(data, "kernel", path)
+    _check_keys(kernel_table, {"env_allow", "startup_timeout"}, "kernel", path)
+    allow = kernel_table.get("env_allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise ConfigError(f"{path}: kernel.env_allow must be a list of variable names")
+    startup = parse_duration(
+        kernel_table.get("startup_timeout", DEFAULT_KERNEL_STARTUP_TIMEOUT), key="kernel.startup_timeout"
+    )
+    return Config(
+        home=home,
+        model=environ.get("RECURSA_MODEL") or _opt_str(data, "model", path),
+        providers=providers,
+        prices=_prices(_table(data, "prices", path), path),
+        context_windows=_context_windows(_table(data, "context_windows", path), path),
+        limits=_limits(_table(data, "limits", path), path),
+        kernel=KernelConfig(
+            env=kernel_environment(environ, extra_allow=allow, providers=providers.values()),
+            startup_timeout=startup or DEFAULT_KERNEL_STARTUP_TIMEOUT,
+        ),
+        local=_local(_table(data, "local", path), home, path),
+    )
+
+
+def kernel_environment(
+    environ: Mapping[str, str],
+    *,
+    extra_allow: list[str] | tuple[str, ...] = (),
+    providers: Iterable[ProviderConfig] = (),
+) -> dict[str, str]:
+    """The environment a kernel starts with: an allow-list, minus every credential.
+
+    A variable passes if it is allow-listed (or ``LC_*``) and neither its name
+    looks like a credential nor its value equals a configured credential.
+    Provider key variables are refused even when allow-listed by hand.
+    """
+    providers = tuple(providers)
+    secret_values = {p.api_key for p in providers if p.api_key}
+    secret_names = {p.api_key_env for p in providers if p.api_key_env}
+    secret_names |= {spec[1] for spec in _BUILTIN_PROVIDERS.values()}
+    allowed = KERNEL_ENV_ALLOW | set(extra_allow)
+    out: dict[str, str] = {}
+    for name, value in environ.items():
+        if not (name in allowed or name.startswith("LC_")):
+            continue
+        if name in secret_names or value in secret_values:
+            continue
+        if _CREDENTIAL_NAME.search(name) and name not in extra_allow:
+            continue
+        out[name] = value
+    out.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    out["PYTHONUNBUFFERED"] = "1"
+    return out
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _table(data: Mapping[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {key} must be a table")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], known: set[str], where: str, path: Path) -> None:
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{path}: unknown key {where}.{key} (known: {', '.join(sorted(known))})")
+
+
+def _opt_str(table: Mapping[str, Any], key: str, path: Path, where: str = "") -> str | None:
+    value = table.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{path}: {where}{key} must be a string")
+
+
+def _number(table: Mapping[str, Any], key: str, default: float, path: Path, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{path}: {where}{key} must be a non-negative number")
+    return float(value)
+
+
+def _providers(table: dict[str, Any], environ: Mapping[str, str], path: Path) -> dict[str, ProviderConfig]:
+    names = set(table) | set(_BUILTIN_PROVIDERS)
+    out: dict[str, ProviderConfig] = {}
+    for name in sorted(names):
+        raw = table.get(name, {})
+        where = f"providers.{name}."
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: providers.{name} must be a table")
+        _check_keys(raw, {"kind", "base_url", "api_key", "api_key_env", "timeout", "max_retries"}, f"providers.{name}", path)
+        builtin = _BUILTIN_PROVIDERS.get(name)
+        kind = raw.get("kind", builtin[0] if builtin else None)
+        if kind not in ("openai", "anthropic"):
+            raise ConfigError(f"{path}: {where}kind must be 'openai' or 'anthropic'")
+        key_env = _opt_str(raw, "api_key_env", path, where) or (builtin[1] if builtin else None)
+        base_url = _opt_str(raw, "base_url", path, where)
+        api_key = _opt_str(raw, "api_key", path, where)
+        if builtin:
+            base_url = environ.get(builtin[2]) or base_url
+        if key_env and environ.get(key_env):
+            api_key = environ[key_env]
+        retries = _number(raw, "max_retries", DEFAULT_MAX_RETRIES, path, where)
+        out[name] = ProviderConfig(
+            name=name,
+            kind=kind,
+            base_url=base_url,
+            api_key=api_key,
+            api_key_env=key_env,
+            timeout=_number(raw, "timeout", DEFAULT_PROVIDER_TIMEOUT, path, where),
+            max_retries=int(retries),
+        )
+    return out
+
+
+def _prices(table: dict[str, Any], path: Path) -> dict[str, Price]:
+    out: dict[str, Price] = {}
+    for model, raw in table.items():
+        where = f'prices."{model}".'
+        if not isinstance(raw, dict):
+            raise ConfigError(f'{path}: prices."{model}" must be a table')
+        _check_keys(raw, {"input", "output", "cached_input"}, f'prices."{model}"', path)
+        if "input" not in raw or "output" not in raw:
+            raise ConfigError(f"{path}: {where}input and {where}output are required")
+        cached = raw.get("cached_input")
+        out[model] = Price(
+            input=_number(raw, "input", 0, path, where),
+            output=_number(raw, "output", 0, path, where),
+            cached_input=None if cached is None else _number(raw, "cached_input", 0, path, where),
+        )
+    return out
+
+
+def _context_windows(table: dict[str, Any], path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for model, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f'{path}: context_windows."{model}" must be a positive integer')
+        out[model] = value
+    return out
+
+
+def _limits(table: dict[str, Any], path: Path) -> Limits:
+    _check_keys(table, {"max_steps", "max_tokens", "max_time", "cell_timeout", "output_chars"}, "limits", path)
+    steps = _number(table, "max_steps", DEFAULT_MAX_STEPS, path, "limits.")
+    tokens = _number(table, "max_tokens", 0, path, "limits.")
+    output_chars = _number(table, "output_chars", DEFAULT_OUTPUT_CHARS, path, "limits.")
+    if output_chars < 200:
+        raise ConfigError(f"{path}: limits.output_chars must be at least 200")
+    cell_timeout = parse_duration(table.get("cell_timeout", DEFAULT_CELL_TIMEOUT), key="limits.cell_timeout")
+    return Limits(
+        max_steps=int(steps) or None,
+        max_tokens=int(tokens) or None,
+        max_time=parse_duration(table.get("max_time", 0), key="limits.max_time"),
+        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT,
+        output_chars=int(output_chars),
+    )
+
+
+def _local(table: dict[str, Any], home: Path, path: Path) -> LocalConfig:
+    _check_keys(table, {"n_ctx", "threads", "models_dir"}, "local", path)
+    n_ctx = _number(table, "n_ctx", DEFAULT_LOCAL_N_CTX, path, "local.")
+    if n_ctx < 512:
+        raise ConfigError(f"{path}: local.n_ctx must be at least 512")
+    models_dir = _opt_str(table, "models_dir", path, "local.")
+    return LocalConfig(
+        n_ctx=int(n_ctx),
+        threads=int(_number(table, "threads", 0, path, "local.")),
+        models_dir=Path(models_dir).expanduser() if models_dir else home / "models",
+    )
+
+
+__all__ = [
+    "Config",
+    "KernelConfig",
+    "Limits",
+    "LocalConfig",
+    "Price",
+    "ProviderConfig",
+    "ProviderKind",
+    "kernel_environment",
+    "load_config",
+    "parse_duration",
+]

@@ -1,0 +1,134 @@
+"""The one error tree, typed by what the caller must do next.
+
+::
+
+    RecursaError                    ours, raised; never shown to the user as a traceback
+    ├── ConfigError                 fix the configuration file, a variable or a flag      exit 2
+    ├── UsageError                  fix the command line                                  exit 2
+    ├── ModelUnavailable            install the extra, the weights, or set credentials   exit 3
+    ├── ProviderError               a model call failed for good (after retries)          exit 4
+    │     .kind: FailureKind         the caller branches on the kind, never on the text
+    ├── KernelError                 a kernel could not be started or reached              exit 5
+    ├── StoreError                  the store cannot be used (corrupt, newer schema)      exit 6
+    │   └── NotFound                 no such session, entry or job                        exit 6
+    └── DaemonError                 the daemon cannot be reached or refused the client   exit 7
+        └── AuthError                a wrong or missing token                             exit 7
+
+Mistakes the *model* makes (bad tool arguments, a failing cell, an empty reply)
+are not exceptions: they are recorded in the transcript and told to the model
+so it can correct itself. Foreign exceptions are translated at the edge with
+``raise ... from`` and never escape the layer that called the foreign library.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+FailureKind = Literal[
+    "auth",
+    "rate_limit",
+    "overloaded",
+    "server_error",
+    "timeout",
+    "network",
+    "invalid_request",
+    "context_overflow",
+    "aborted",
+    "malformed",
+    "unknown",
+]
+"""Why a model call failed. A closed set: retries and the UI branch on it."""
+
+FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+
+RETRYABLE_KINDS: frozenset[FailureKind] = frozenset(
+    {"rate_limit", "overloaded", "server_error", "timeout", "network", "malformed"}
+)
+"""Kinds worth another attempt after a backoff. ``malformed`` covers a stream
+cut short or garbled in transit, which a fresh request usually cures."""
+
+
+class RecursaError(Exception):
+    """Base of every error recursa raises on purpose.
+
+    ``str(error)`` is one line a user can act on. ``exit_code`` is what the CLI
+    exits with.
+    """
+
+    exit_code: int = 1
+
+
+class ConfigError(RecursaError):
+    """The configuration is wrong: a file, a key, an environment variable or a flag."""
+
+    exit_code = 2
+
+
+class UsageError(RecursaError):
+    """The command line is wrong."""
+
+    exit_code = 2
+
+
+class ModelUnavailable(RecursaError):
+    """A model cannot be used here: unknown provider, missing extra, credentials or weights."""
+
+    exit_code = 3
+
+
+class ProviderError(RecursaError):
+    """A model call failed and will not be retried (any retries are spent)."""
+
+    exit_code = 4
+
+    def __init__(self, kind: FailureKind, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE_KINDS
+
+
+class KernelError(RecursaError):
+    """A kernel process could not be started, reached or restarted."""
+
+    exit_code = 5
+
+
+class StoreError(RecursaError):
+    """The store cannot be used: corrupt, locked for too long, or from a newer recursa."""
+
+    exit_code = 6
+
+
+class NotFound(StoreError):
+    """No session, entry or job answers to the given id or name."""
+
+
+class DaemonError(RecursaError):
+    """The daemon cannot be reached, or refused what was asked."""
+
+    exit_code = 7
+
+
+class AuthError(DaemonError):
+    """A wrong or missing token."""
+
+
+__all__ = [
+    "FAILURE_KINDS",
+    "RETRYABLE_KINDS",
+    "AuthError",
+    "ConfigError",
+    "DaemonError",
+    "FailureKind",
+    "KernelError",
+    "ModelUnavailable",
+    "NotFound",
+    "ProviderError",
+    "RecursaError",
+    "StoreError",
+    "UsageError",
+]

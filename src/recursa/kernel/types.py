@@ -1,0 +1,94 @@
+"""What running a cell produces: a pure value the session turns into events."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+ExecStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died"]
+PartKind = Literal["stdout", "stderr", "result", "display", "error"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def clean_text(text: str) -> str:
+    """Text safe to store and send to any provider: no ANSI codes, no lone
+    surrogates (non-UTF-8 bytes decoded by the kernel arrive as those), no NULs."""
+    text = strip_ansi(text)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text.replace("\x00", "\\x00")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPart:
+    kind: PartKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CellOutput:
+    """The outcome of one cell, in arrival order.
+
+    ``status``: ``ok``; ``error`` (the code raised: the traceback is an
+    ``error`` part); ``timeout`` (the cell outran its limit and was
+    interrupted, or the kernel restarted when the interrupt failed);
+    ``interrupted`` (stopped on request); ``kernel_died`` (the process died;
+    the kernel was restarted and its namespace is gone). ``note`` says in one
+    line what the harness did, for the model.
+    """
+
+    status: ExecStatus
+    parts: tuple[OutputPart, ...] = ()
+    execution_count: int | None = None
+    duration: float = 0.0
+    note: str = ""
+
+    def text(self) -> str:
+        """The full output as one text, in order; adjacent stream pieces joined."""
+        chunks: list[str] = []
+        for part in self.parts:
+            piece = clean_text(part.text)
+            if part.kind in ("result", "display", "error") and chunks and not chunks[-1].endswith("\n"):
+                chunks.append("\n")
+            chunks.append(piece)
+            if part.kind in ("result", "display", "error") and not piece.endswith("\n"):
+                chunks.append("\n")
+        if self.note:
+            if chunks and not chunks[-1].endswith("\n"):
+                chunks.append("\n")
+            chunks.append(f"[{self.note}]\n")
+        return "".join(chunks)
+
+
+def bound_text(text: str, limit: int, *, ref: str | None = None) -> tuple[str, bool]:
+    """Keep the head and tail of ``text`` within about ``limit`` characters.
+
+    Returns ``(shown, truncated)``. The cut is marked with the total size and,
+    when given, where the full text lives (``ref``, e.g. ``_out[3]``). Cuts
+    fall on line breaks when one is near, so lines are rarely split.
+    """
+    if len(text) <= limit:
+        return text, False
+    head_budget = limit * 2 // 3
+    tail_budget = limit - head_budget
+    head = text[:head_budget]
+    cut = head.rfind("\n")
+    if cut > head_budget * 3 // 4:
+        head = head[: cut + 1]
+    tail = text[-tail_budget:]
+    cut = tail.find("\n")
+    if 0 <= cut < tail_budget // 4:
+        tail = tail[cut + 1 :]
+    omitted = len(text) - len(head) - len(tail)
+    lines = text.count("\n") + 1
+    where = f"; the full text is in {ref}" if ref else ""
+    marker = f"\n[... {omitted:,} characters omitted of {len(text):,} ({lines:,} lines){where} ...]\n"
+    return head + marker + tail, True
+
+
+__all__ = ["CellOutput", "ExecStatus", "OutputPart", "PartKind", "bound_text", "clean_text", "strip_ansi"]

@@ -1,0 +1,273 @@
+"""The session event grammar: a closed, versioned set of frozen values.
+
+Every event is a frozen dataclass with a ``type`` literal. The store keeps the
+persistent ones in order (each gets a ``seq`` there); the model's context is a
+projection of them (:mod:`recursa.session.context`); the CLI and the daemon
+wire carry them as JSON with :data:`PROTOCOL_VERSION`.
+
+The grammar of one turn::
+
+    user_input+                     what the turn answers (user, parent, schedule, ...)
+    turn_started
+    ( assistant_reply model_usage   one model call (model_retry* before it)
+      ( cell_started cell_finished )*   the reply's code, in order
+      user_input*                   steering messages that arrived between cells
+    )+
+    turn_ended                      why it ended, and the answer if there is one
+
+``notice`` and ``kernel_status`` may appear anywhere. ``text_delta`` is
+transient: streamed to watchers, never stored; the complete text is in
+``assistant_reply``.
+
+Adding a field with a default is compatible. Removing or renaming one, or
+changing a meaning, bumps :data:`PROTOCOL_VERSION`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from recursa.errors import FailureKind
+from recursa.models.types import ToolCall
+
+PROTOCOL_VERSION = 1
+
+InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule"]
+CellStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died", "rejected"]
+TurnEndReason = Literal[
+    "answered",
+    "max_steps",
+    "max_tokens",
+    "max_time",
+    "provider_error",
+    "empty_reply",
+    "interrupted",
+    "internal_error",
+]
+KernelState = Literal["starting", "ready", "restarted", "died", "stopped"]
+NoticeLevel = Literal["info", "warning", "error"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionCreated:
+    model: str
+    cwd: str
+    name: str | None = None
+    parent_id: str | None = None
+    type: Literal["session_created"] = "session_created"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserInput:
+    """Input for the model. ``mode`` says how it was delivered: ``turn`` started
+    a turn; ``steer`` was placed between cells of a running turn."""
+
+    text: str
+    source: InputSource = "user"
+    sender: str | None = None
+    mode: Literal["turn", "steer"] = "turn"
+    type: Literal["user_input"] = "user_input"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStarted:
+    turn: int
+    type: Literal["turn_started"] = "turn_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantReply:
+    """One complete model reply. In the fenced-code protocol ``tool_calls`` holds
+    the code block found in ``text`` (with a generated id)."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    step: int = 0
+    fenced: bool = False
+    type: Literal["assistant_reply"] = "assistant_reply"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelUsage:
+    """Usage of one model call. ``cost`` is USD, None when the price is unknown."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float | None = None
+    latency: float = 0.0
+    step: int = 0
+    type: Literal["model_usage"] = "model_usage"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRetry:
+    kind: FailureKind
+    message: str
+    attempt: int
+    delay: float
+    type: Literal["model_retry"] = "model_retry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellStarted:
+    cell: int
+    call_id: str
+    code: str
+    type: Literal["cell_started"] = "cell_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellFinished:
+    """A cell's outcome. ``output`` is what the model was shown (bounded);
+    ``chars`` is the full output's length; the full text is in the store and,
+    when ``truncated``, in the kernel as ``_out[cell]``."""
+
+    cell: int
+    call_id: str
+    status: CellStatus
+    output: str
+    chars: int
+    truncated: bool = False
+    duration: float = 0.0
+    type: Literal["cell_finished"] = "cell_finished"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelStatus:
+    state: KernelState
+    detail: str = ""
+    type: Literal["kernel_status"] = "kernel_status"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notice:
+    text: str
+    level: NoticeLevel = "info"
+    type: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEnded:
+    turn: int
+    reason: TurnEndReason
+    answer: str | None = None
+    detail: str = ""
+    type: Literal["turn_ended"] = "turn_ended"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """Transient: a piece of the reply being streamed. Never stored."""
+
+    text: str
+    step: int = 0
+    type: Literal["text_delta"] = "text_delta"
+
+
+Event = (
+    SessionCreated
+    | UserInput
+    | TurnStarted
+    | AssistantReply
+    | ModelUsage
+    | ModelRetry
+    | CellStarted
+    | CellFinished
+    | KernelStatus
+    | Notice
+    | TurnEnded
+    | TextDelta
+)
+
+EVENT_TYPES: dict[str, type[Any]] = {cls.__dataclass_fields__["type"].default: cls for cls in get_args(Event)}
+TRANSIENT_TYPES: frozenset[str] = frozenset({"text_delta"})
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A stored event: its global order ``seq``, its session and its time (unix seconds)."""
+
+    seq: int
+    session_id: str
+    ts: float
+    event: Event = field(compare=False)
+
+
+def is_transient(event: Event) -> bool:
+    return event.type in TRANSIENT_TYPES
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict; ``type`` first."""
+    data = dataclasses.asdict(event)
+    return {"type": data.pop("type"), **data}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event; unknown fields (from a newer writer) are ignored.
+
+    Raises ``ValueError`` for an unknown type or missing required fields.
+    """
+    kind = data.get("type")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "tool_calls" in kwargs:
+        kwargs["tool_calls"] = tuple(ToolCall(**call) for call in kwargs["tool_calls"])
+    try:
+        event: Event = cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"bad {kind} event: {exc}") from exc
+    return event
+
+
+def event_to_json(event: Event) -> str:
+    return json.dumps(event_to_dict(event), ensure_ascii=False, separators=(",", ":"))
+
+
+def event_from_json(text: str) -> Event:
+    return event_from_dict(json.loads(text))
+
+
+def record_to_dict(record: EventRecord) -> dict[str, Any]:
+    """The wire and ``--json`` form: the event's fields plus ``seq``, ``session_id`` and ``ts``."""
+    return {"seq": record.seq, "session_id": record.session_id, "ts": record.ts, **event_to_dict(record.event)}
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "PROTOCOL_VERSION",
+    "AssistantReply",
+    "CellFinished",
+    "CellStarted",
+    "CellStatus",
+    "Event",
+    "EventRecord",
+    "InputSource",
+    "KernelState",
+    "KernelStatus",
+    "ModelRetry",
+    "ModelUsage",
+    "Notice",
+    "NoticeLevel",
+    "SessionCreated",
+    "TextDelta",
+    "TurnEndReason",
+    "TurnEnded",
+    "TurnStarted",
+    "UserInput",
+    "event_from_dict",
+    "event_from_json",
+    "event_to_dict",
+    "event_to_json",
+    "is_transient",
+    "record_to_dict",
+]

@@ -1,0 +1,58 @@
+"""Fixtures every test gets: an isolated RECURSA_HOME, no provider keys, and a
+check that the test left no child process (kernels, daemons, servers) behind."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from recursa.config import Config, load_config
+
+_SCRUBBED = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "RECURSA_MODEL",
+    "RECURSA_CONFIG",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "recursa-home"
+    monkeypatch.setenv("RECURSA_HOME", str(home))
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    for name in _SCRUBBED:
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_processes() -> Iterator[None]:
+    me = psutil.Process(os.getpid())
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    leaked = [p for p in me.children(recursive=True) if p.pid not in before]
+    # Processes told to stop may take a moment to exit: wait on them, do not sleep.
+    _gone, alive = psutil.wait_procs(leaked, timeout=10)
+    for proc in alive:
+        proc.kill()
+    if alive:
+        names = ", ".join(f"{p.pid}" for p in alive)
+        pytest.fail(f"the test left child processes running: {names}")
+
+
+@pytest.fixture
+def home(_isolated_home: Path) -> Path:
+    return _isolated_home
+
+
+@pytest.fixture
+def config(home: Path) -> Config:
+    """A configuration rooted in the test's RECURSA_HOME, with short limits."""
+    return load_config()
