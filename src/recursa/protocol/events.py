@@ -49,6 +49,8 @@ TurnEndReason = Literal[
 ]
 KernelState = Literal["starting", "ready", "restarted", "died", "stopped"]
 NoticeLevel = Literal["info", "warning", "error"]
+SessionStatus = Literal["admitted", "running", "idle", "inactive", "deleted"]
+"""admitted → running ⇄ idle → inactive → idle; ``deleted`` is a tombstone (history kept)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,6 +261,7 @@ __all__ = [
     "Notice",
     "NoticeLevel",
     "SessionCreated",
+    "SessionStatus",
     "TextDelta",
     "TurnEndReason",
     "TurnEnded",
