@@ -1,1 +1,34 @@
-"""kernel"""
+"""Kernels: one real ipykernel process per session, started, driven and restarted
+from asyncio, and a pool that keeps spare kernels warm.
+
+Public surface: :class:`Kernel`, :class:`KernelPool`, and the pure result values
+of :mod:`recursa.kernel.types`.
+"""
+
+from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
+from recursa.kernel.pool import KernelPool
+from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+from recursa.kernel.types import (
+    CellOutput,
+    ExecStatus,
+    OutputPart,
+    PartKind,
+    bound_text,
+    clean_text,
+    strip_ansi,
+)
+
+__all__ = [
+    "DEFAULT_INTERRUPT_GRACE",
+    "DEFAULT_MAX_OUTPUT_CHARS",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "CellOutput",
+    "ExecStatus",
+    "Kernel",
+    "KernelPool",
+    "OutputPart",
+    "PartKind",
+    "bound_text",
+    "clean_text",
+    "strip_ansi",
+]

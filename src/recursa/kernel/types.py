@@ -53,7 +53,11 @@ class CellOutput:
         chunks: list[str] = []
         for part in self.parts:
             piece = clean_text(part.text)
-            if part.kind in ("result", "display", "error") and chunks and not chunks[-1].endswith("\n"):
+            if (
+                part.kind in ("result", "display", "error")
+                and chunks
+                and not chunks[-1].endswith("\n")
+            ):
                 chunks.append("\n")
             chunks.append(piece)
             if part.kind in ("result", "display", "error") and not piece.endswith("\n"):
@@ -87,8 +91,18 @@ def bound_text(text: str, limit: int, *, ref: str | None = None) -> tuple[str, b
     omitted = len(text) - len(head) - len(tail)
     lines = text.count("\n") + 1
     where = f"; the full text is in {ref}" if ref else ""
-    marker = f"\n[... {omitted:,} characters omitted of {len(text):,} ({lines:,} lines){where} ...]\n"
+    marker = (
+        f"\n[... {omitted:,} characters omitted of {len(text):,} ({lines:,} lines){where} ...]\n"
+    )
     return head + marker + tail, True
 
 
-__all__ = ["CellOutput", "ExecStatus", "OutputPart", "PartKind", "bound_text", "clean_text", "strip_ansi"]
+__all__ = [
+    "CellOutput",
+    "ExecStatus",
+    "OutputPart",
+    "PartKind",
+    "bound_text",
+    "clean_text",
+    "strip_ansi",
+]

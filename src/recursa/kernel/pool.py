@@ -1,0 +1,178 @@
+"""Spare kernels kept warm, so a new session does not wait for a kernel to boot.
+
+A kernel takes about half a second to start; a session that gets one from the
+pool waits only for a silent ``chdir``. The pool owns its background tasks and
+its spare kernels: :meth:`KernelPool.aclose` cancels the one and shuts down
+the other, so nothing outlives it. A kernel handed out by :meth:`acquire`
+belongs to the caller, who shuts it down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from recursa.errors import KernelError
+from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
+from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+
+log = logging.getLogger(__name__)
+
+
+class KernelPool:
+    """Keeps up to ``size`` started kernels ready to hand out.
+
+    Spares start in ``runtime_dir`` (where their connection files also live)
+    with environment ``env``, and move to the caller's directory on
+    :meth:`acquire`. The other options are passed to each :class:`Kernel`. Filling happens in background tasks; a spare that fails
+    to start is logged and not retried until the next :meth:`acquire`, so a
+    broken interpreter cannot make the pool spin.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        size: int = 1,
+        runtime_dir: Path,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        python: str = sys.executable,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+    ) -> None:
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        self._env = dict(env)
+        self._size = size
+        self._runtime_dir = Path(runtime_dir)
+        self._startup_timeout = startup_timeout
+        self._python = python
+        self._interrupt_grace = interrupt_grace
+        self._max_output_chars = max_output_chars
+        self._spares: list[Kernel] = []
+        self._filling: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def ready(self) -> int:
+        """How many started kernels are waiting to be acquired."""
+        return len(self._spares)
+
+    async def start(self) -> None:
+        """Begin starting spares in the background; returns at once."""
+        self._check_open()
+        self._top_up()
+
+    async def fill(self) -> None:
+        """Start spares and return once the pool holds ``size`` ready kernels
+        (or the starts in flight have ended, if some failed)."""
+        self._check_open()
+        self._top_up()
+        while self._filling and len(self._spares) < self._size:
+            await asyncio.wait(set(self._filling), return_when=asyncio.FIRST_COMPLETED)
+
+    async def acquire(self, cwd: Path) -> Kernel:
+        """A started kernel whose working directory is ``cwd``.
+
+        Takes a spare when one is ready (and starts its replacement in the
+        background); otherwise starts a kernel directly. Raises
+        :class:`KernelError` if no kernel can be started.
+        """
+        self._check_open()
+        cwd = Path(cwd)
+        if not cwd.is_dir():
+            # Checked here so that a bad path does not cost a warm spare.
+            raise KernelError(f"cannot start a kernel in {cwd}: not a directory")
+        kernel: Kernel | None = None
+        while self._spares and kernel is None:
+            spare = self._spares.pop(0)
+            if spare.is_alive():
+                kernel = spare
+            else:
+                # It died while waiting (killed from outside, out of memory).
+                await spare.shutdown()
+        self._top_up()
+        if kernel is None:
+            kernel = self._new_kernel(cwd)
+            await kernel.start()
+            return kernel
+        try:
+            await kernel.chdir(cwd)
+        except BaseException:
+            await kernel.shutdown()
+            raise
+        return kernel
+
+    async def aclose(self) -> None:
+        """Cancel the background starts and shut down every spare. Idempotent."""
+        self._closed = True
+        tasks = list(self._filling)
+        for task in tasks:
+            task.cancel()
+        # A cancelled start shuts its own half-started kernel down.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        spares, self._spares = self._spares, []
+        await asyncio.gather(*(k.shutdown() for k in spares), return_exceptions=True)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KernelError("the kernel pool is closed")
+
+    def _new_kernel(self, cwd: Path) -> Kernel:
+        return Kernel(
+            cwd,
+            self._env,
+            startup_timeout=self._startup_timeout,
+            runtime_dir=self._runtime_dir,
+            python=self._python,
+            interrupt_grace=self._interrupt_grace,
+            max_output_chars=self._max_output_chars,
+        )
+
+    def _top_up(self) -> None:
+        missing = self._size - len(self._spares) - len(self._filling)
+        for _ in range(max(missing, 0)):
+            task = asyncio.get_running_loop().create_task(
+                self._start_spare(), name="recursa-kernel-pool-fill"
+            )
+            self._filling.add(task)
+            task.add_done_callback(self._filling.discard)
+
+    async def _start_spare(self) -> None:
+        self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        kernel = self._new_kernel(self._runtime_dir)
+        try:
+            await kernel.start()
+        except KernelError as exc:
+            log.warning("a spare kernel failed to start: %s", exc)
+            return
+        except asyncio.CancelledError:
+            # start() already stopped the half-started process; make sure.
+            with contextlib.suppress(Exception):
+                await kernel.shutdown()
+            raise
+        if self._closed:
+            await kernel.shutdown()
+        else:
+            self._spares.append(kernel)
+
+
+__all__ = ["KernelPool"]

@@ -1,0 +1,312 @@
+"""The Jupyter wire protocol on two sockets, read from the event loop without helpers.
+
+A :class:`Channels` holds the shell (DEALER) and iopub (SUB) sockets of one
+kernel process. It exists because the general-purpose client in
+``jupyter_client`` (``execute_interactive``) adds most of a millisecond to
+every cell (a task per channel, a queue hop and date parsing per message);
+here a cell's round trip is a send, a few non-blocking receives and one or
+two loop wakeups.
+
+Wakeups: each socket's ``ZMQ_FD`` is registered with the loop once. That
+descriptor is edge-like: it signals that the socket's state *may* have
+changed, and reading ``ZMQ_EVENTS`` (or receiving) re-arms it. So the reader
+callback reads ``ZMQ_EVENTS`` itself (a level-triggered selector would
+otherwise spin on it), and :meth:`Channels.wait` is only called after both
+sockets were drained. A wakeup with no waiter is remembered, so none is lost
+between a drain and the next wait. Between requests the callback discards
+iopub messages instead, so nothing piles up while nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import count
+from typing import Any
+from uuid import uuid4
+
+import zmq
+import zmq.asyncio
+
+from recursa.errors import KernelError
+
+PROTOCOL_VERSION = "5.3"
+_DELIM = b"<IDS|MSG>"
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One incoming message, reduced to what the client acts on."""
+
+    msg_type: str
+    parent_id: str | None
+    content: JSONDict
+
+
+class Codec:
+    """Signs, serializes and parses messages for one connection (HMAC-SHA256).
+
+    Message ids are ``<session>_<n>``: unique per codec and cheaper than a
+    UUID per message.
+    """
+
+    def __init__(self, key: bytes, signature_scheme: str = "hmac-sha256") -> None:
+        if key and signature_scheme != "hmac-sha256":
+            raise KernelError(f"unsupported kernel signature scheme {signature_scheme!r}")
+        self._auth = hmac.new(key, digestmod=hashlib.sha256) if key else None
+        self._session = uuid4().hex
+        self._ids = count(1)
+
+    def _sign(self, parts: list[bytes]) -> bytes:
+        if self._auth is None:
+            return b""
+        digest = self._auth.copy()
+        for part in parts:
+            digest.update(part)
+        return digest.hexdigest().encode()
+
+    def request(self, msg_type: str, content: JSONDict) -> tuple[str, list[bytes]]:
+        """A request ready to send on a DEALER socket: ``(msg_id, frames)``."""
+        msg_id = f"{self._session}_{next(self._ids)}"
+        header = {
+            "msg_id": msg_id,
+            "msg_type": msg_type,
+            "username": "recursa",
+            "session": self._session,
+            "date": datetime.now(UTC).isoformat(),
+            "version": PROTOCOL_VERSION,
+        }
+        parts = [_pack(header), b"{}", b"{}", _pack(content)]
+        return msg_id, [_DELIM, self._sign(parts), *parts]
+
+    def parse(self, frames: list[bytes], *, want: str | None = None) -> Message | None:
+        """Parse and verify a message; ``None`` if it is malformed or badly signed.
+
+        When ``want`` is given, a message whose parent is another request is
+        returned without its content (``{}``): its content is never decoded,
+        which keeps stale or foreign output cheap to skip.
+        """
+        try:
+            at = frames.index(_DELIM)
+            signature, header, parent, metadata, content = frames[at + 1 : at + 6]
+        except ValueError:
+            return None
+        if self._auth is not None and not hmac.compare_digest(
+            signature, self._sign([header, parent, metadata, content])
+        ):
+            return None
+        try:
+            head = _unpack(header)
+            parent_id = _unpack(parent).get("msg_id") if parent != b"{}" else None
+            if want is not None and parent_id != want:
+                return Message(head["msg_type"], parent_id, {})
+            return Message(head["msg_type"], parent_id, _unpack(content))
+        except (ValueError, KeyError, AttributeError, TypeError):
+            return None
+
+
+def _pack(value: JSONDict) -> bytes:
+    # ASCII escapes: code may hold lone surrogates, which no UTF-8 encoder
+    # accepts but JSON's \uXXXX form carries to the kernel unchanged.
+    return json.dumps(value).encode("ascii")
+
+
+def _unpack(data: bytes) -> Any:
+    # The kernel encodes lone surrogates as raw bytes, so its JSON can be
+    # invalid UTF-8; decode leniently rather than drop the message.
+    return json.loads(data.decode("utf-8", "replace"))
+
+
+_context: zmq.asyncio.Context | None = None
+
+
+def shared_context() -> zmq.asyncio.Context:
+    """The one ZeroMQ context (one I/O thread) for every kernel of this process.
+
+    jupyter_client would make one per kernel manager; the channels here take
+    plain (non-asyncio) sockets from it.
+    """
+    global _context
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+    return _context
+
+
+class Channels:
+    """The shell and iopub sockets of one kernel process, driven from one event loop.
+
+    Invariants: not thread-safe, every method runs on the loop that created
+    it; iopub messages that arrive while :attr:`busy` is false belong to no
+    request and are discarded.
+    """
+
+    def __init__(self, connection: Mapping[str, Any], loop: asyncio.AbstractEventLoop) -> None:
+        key = connection.get("key", b"")
+        self.codec = Codec(
+            key.encode() if isinstance(key, str) else key,
+            connection.get("signature_scheme", "hmac-sha256"),
+        )
+        self._loop = loop
+        self.busy = False
+        """True while a request is in flight (set by its owner)."""
+        self._pending = False
+        self._waiter: asyncio.Future[None] | None = None
+        ctx = shared_context()
+        self.shell: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.DEALER)
+        self.iopub: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.SUB)
+        self._fds: list[int] = []
+        try:
+            for sock, port in ((self.shell, "shell_port"), (self.iopub, "iopub_port")):
+                sock.linger = 0
+                # No receive limit on our side: a dropped ``status: idle`` would
+                # make a finished cell look hung until its timeout.
+                sock.rcvhwm = 0
+                sock.connect(_address(connection, port))
+            self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+            for sock in (self.shell, self.iopub):
+                fd = sock.fileno()
+                loop.add_reader(fd, self._on_readable, sock)
+                self._fds.append(fd)
+        except BaseException:
+            self.close()
+            raise
+
+    def _on_readable(self, sock: zmq.Socket[bytes]) -> None:
+        # Reading ZMQ_EVENTS processes the socket's pending commands, which
+        # clears the descriptor; without it the selector would fire forever.
+        try:
+            ready = bool(int(sock.get(_EVENTS)) & _POLLIN)
+            if ready and not self.busy and sock is self.iopub:
+                # Between requests nobody reads iopub, and the receive queue
+                # has no limit: output of a background thread would pile up.
+                while _recv(sock) is not None:
+                    pass
+                return
+        except zmq.ZMQError:
+            return
+        if ready:
+            self.wake()
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Mark a request in flight, so that its iopub messages are kept."""
+        self.busy = True
+        try:
+            yield
+        finally:
+            self.busy = False
+
+    def wake(self) -> None:
+        """Make the current (or next) :meth:`wait` return."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        else:
+            self._pending = True
+
+    async def wait(self, deadline: float | None) -> None:
+        """Return on a wakeup, or at ``deadline`` (loop time), whichever is first."""
+        if self._pending:
+            self._pending = False
+            return
+        if deadline is not None and deadline <= self._loop.time():
+            return
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        timer = None
+        if deadline is not None and math.isfinite(deadline):
+            timer = self._loop.call_at(deadline, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._pending = False
+            if timer is not None:
+                timer.cancel()
+
+    def send(self, msg_type: str, content: JSONDict) -> str:
+        msg_id, frames = self.codec.request(msg_type, content)
+        self.shell.send_multipart(frames)
+        return msg_id
+
+    def recv_shell(self) -> list[bytes] | None:
+        return _recv(self.shell)
+
+    def recv_iopub(self) -> list[bytes] | None:
+        return _recv(self.iopub)
+
+    def close(self) -> None:
+        """Unregister and close both sockets. Idempotent."""
+        for fd in self._fds:
+            self._loop.remove_reader(fd)
+        self._fds.clear()
+        for sock in (self.shell, self.iopub):
+            if not sock.closed:
+                sock.close(linger=0)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_NOBLOCK = int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
+
+
+def _recv(sock: zmq.Socket[bytes]) -> list[bytes] | None:
+    # Asking first is cheaper than the exception a receive on an empty
+    # socket raises, and an empty socket is the common case in a drain.
+    if not int(sock.get(_EVENTS)) & _POLLIN:
+        return None
+    frames = [sock.recv(_NOBLOCK)]
+    while sock.get(_RCVMORE):
+        frames.append(sock.recv(_NOBLOCK))
+    return frames
+
+
+def _address(connection: Mapping[str, Any], port_name: str) -> str:
+    transport = connection["transport"]
+    port = connection[port_name]
+    if transport == "ipc":
+        return f"ipc://{connection['ip']}-{port}"
+    return f"{transport}://{connection['ip']}:{port}"
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` exits, where the
+    platform has one (Linux 5.3+); ``None`` means: poll instead."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Channels",
+    "Codec",
+    "JSONDict",
+    "Message",
+    "pidfd_open",
+    "shared_context",
+]

@@ -1,0 +1,529 @@
+"""Real ipykernel processes: output, persistence, limits, death, environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from recursa.config import Config, load_config
+from recursa.errors import KernelError
+from recursa.kernel import CellOutput, Kernel, OutputPart
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_kernel(tmp_path: Path, workdir: Path, config: Config) -> Callable[..., Kernel]:
+    def make(**options: object) -> Kernel:
+        return Kernel(workdir, config.kernel.env, runtime_dir=tmp_path / "rt", **options)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+async def kernel(make_kernel: Callable[..., Kernel]) -> AsyncIterator[Kernel]:
+    async with make_kernel() as k:
+        yield k
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``condition`` on the event loop, failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+def kinds(out: CellOutput) -> list[str]:
+    return [p.kind for p in out.parts]
+
+
+# -- output -----------------------------------------------------------------------------
+
+
+async def test_outputs_arrive_in_order(kernel: Kernel) -> None:
+    code = (
+        "import sys\n"
+        "from IPython.display import display\n"
+        "print('out', flush=True)\n"
+        "print('err', file=sys.stderr, flush=True)\n"
+        "display('shown')\n"
+        "print('more')\n"
+        "6 * 7\n"
+    )
+    out = await kernel.execute(code, timeout=10)
+    assert out.status == "ok"
+    assert out.parts == (
+        OutputPart("stdout", "out\n"),
+        OutputPart("stderr", "err\n"),
+        OutputPart("display", "'shown'"),
+        OutputPart("stdout", "more\n"),
+        OutputPart("result", "42"),
+    )
+    assert out.execution_count == 1
+    assert out.note == ""
+    assert out.duration > 0
+
+
+async def test_an_error_gives_a_plain_traceback_after_earlier_output(kernel: Kernel) -> None:
+    out = await kernel.execute("print('before', flush=True)\n1 / 0\n", timeout=10)
+    assert out.status == "error"
+    assert kinds(out) == ["stdout", "error"]
+    traceback = out.parts[1].text
+    assert "ZeroDivisionError" in traceback
+    assert "1 / 0" in traceback
+    assert "\x1b" not in traceback
+    assert out.text().startswith("before\n")
+
+
+async def test_streaming_callback_sees_parts_as_they_arrive(kernel: Kernel) -> None:
+    seen: list[OutputPart] = []
+    first = asyncio.Event()
+
+    def watch(part: OutputPart) -> None:
+        seen.append(part)
+        first.set()
+
+    task = asyncio.create_task(
+        kernel.execute(
+            "import time\nprint('early', flush=True)\ntime.sleep(0.3)\n'late'",
+            timeout=10,
+            on_output=watch,
+        )
+    )
+    await asyncio.wait_for(first.wait(), 10)
+    assert not task.done()  # the first piece came while the cell still ran
+    out = await task
+    assert seen == [OutputPart("stdout", "early\n"), OutputPart("result", "'late'")]
+    assert out.parts == tuple(seen)
+
+
+async def test_bash_cells(kernel: Kernel) -> None:
+    out = await kernel.execute("%%bash\necho hello\necho oops >&2\n", timeout=10)
+    assert out.status == "ok"
+    assert out.parts == (OutputPart("stdout", "hello\n"), OutputPart("stderr", "oops\n"))
+
+
+async def test_top_level_await(kernel: Kernel) -> None:
+    out = await kernel.execute("import asyncio\nawait asyncio.sleep(0)\n'awaited'", timeout=10)
+    assert out.status == "ok"
+    assert out.parts == (OutputPart("result", "'awaited'"),)
+
+
+async def test_variables_persist_between_cells(kernel: Kernel) -> None:
+    assert (await kernel.execute("x = 41", timeout=10)).parts == ()
+    out = await kernel.execute("x + 1", timeout=10)
+    assert out.parts == (OutputPart("result", "42"),)
+    assert out.execution_count == 2
+
+
+async def test_output_that_is_not_utf8_becomes_valid_text(kernel: Kernel) -> None:
+    out = await kernel.execute("%%bash\nprintf 'a\\xff\\xfeb\\n'\n", timeout=10)
+    text = out.text()
+    text.encode("utf-8")
+    assert text.startswith("a")
+    assert text.rstrip().endswith("b")
+    out = await kernel.execute(
+        "import os\nprint('lone \\udcff surrogate', flush=True)\nos.write(1, b'raw \\xff byte\\n')\n",
+        timeout=10,
+    )
+    assert out.status == "ok"
+    text = out.text()
+    text.encode("utf-8")
+    assert "lone" in text
+    # A lone surrogate in the code itself reaches the kernel, which reports on it.
+    out = await kernel.execute("x = '\ud800'", timeout=10)
+    assert out.status in ("ok", "error")
+    out.text().encode("utf-8")
+    assert (await kernel.execute("'still fine'", timeout=10)).status == "ok"
+    assert "surrogate" in text
+
+
+async def test_five_megabytes_of_output_are_captured(kernel: Kernel) -> None:
+    out = await kernel.execute("print('x' * 5_000_000)", timeout=30)
+    assert out.status == "ok"
+    assert out.parts == (OutputPart("stdout", "x" * 5_000_000 + "\n"),)
+    assert out.note == ""
+
+
+async def test_output_past_the_cap_is_counted_not_kept(make_kernel: Callable[..., Kernel]) -> None:
+    async with make_kernel(max_output_chars=1_000_000) as kernel:
+        out = await kernel.execute("print('x' * 5_000_000)\n1 / 0", timeout=30)
+    assert out.status == "error"
+    assert kinds(out) == ["stdout", "error"]
+    assert out.parts[0].text == "x" * 1_000_000
+    assert "ZeroDivisionError" in out.parts[1].text  # the error survives the flood
+    assert "beyond 1,000,000 characters" in out.note
+    assert "4,000,001 more characters were dropped" in out.note
+
+
+async def test_set_output_is_silent(kernel: Kernel) -> None:
+    first = await kernel.execute("a = 1", timeout=10)
+    full = "line ✓\n" * 300_000 + "lone \udcff"
+    await kernel.set_output(first.execution_count or 0, full)
+    out = await kernel.execute("len(_out[1]), _out[1][:6]", timeout=10)
+    assert out.execution_count == (first.execution_count or 0) + 1  # no count used by set_output
+    assert out.parts == (OutputPart("result", f"({len(full)}, 'line ✓')"),)
+
+
+# -- limits and interrupts -------------------------------------------------------------
+
+
+async def test_timeout_interrupts_and_keeps_the_namespace(kernel: Kernel) -> None:
+    await kernel.execute("kept = 'yes'", timeout=10)
+    pid = kernel.pid
+    began = time.monotonic()
+    out = await kernel.execute(
+        "import time\nprint('working', flush=True)\ntime.sleep(30)", timeout=0.5
+    )
+    assert time.monotonic() - began < 3
+    assert out.status == "timeout"
+    assert out.note == "the cell ran past its 0.5 s limit and was interrupted; variables are kept"
+    assert out.parts[0] == OutputPart("stdout", "working\n")
+    assert "KeyboardInterrupt" in out.parts[-1].text
+    assert kernel.restarts == 0
+    assert kernel.pid == pid
+    assert (await kernel.execute("kept", timeout=10)).parts == (OutputPart("result", "'yes'"),)
+
+
+async def test_code_that_ignores_interrupts_gets_a_restarted_kernel(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    async with make_kernel(interrupt_grace=0.5) as kernel:
+        await kernel.execute("doomed = 1", timeout=10)
+        pid = kernel.pid
+        code = (
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
+        )
+        began = time.monotonic()
+        out = await kernel.execute(code, timeout=0.3)
+        assert time.monotonic() - began < 5
+        assert out.status == "timeout"
+        assert out.note == (
+            "the cell ran past its 0.3 s limit and did not stop when interrupted, "
+            "so the kernel was restarted; all variables are gone"
+        )
+        assert kernel.restarts == 1
+        assert kernel.pid != pid
+        after = await kernel.execute("'doomed' in globals(), 2 + 2", timeout=10)
+        assert after.parts == (OutputPart("result", "(False, 4)"),)
+
+
+async def test_interrupt_on_request(kernel: Kernel) -> None:
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        kernel.execute(
+            "import time\nprint('go', flush=True)\ntime.sleep(30)",
+            timeout=60,
+            on_output=lambda part: started.set(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    await kernel.interrupt()
+    out = await asyncio.wait_for(task, 10)
+    assert out.status == "interrupted"
+    assert out.note == "the cell was interrupted on request; variables are kept"
+    assert kernel.restarts == 0
+
+
+async def test_a_cancelled_cell_does_not_keep_running(kernel: Kernel) -> None:
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        kernel.execute(
+            "import time\nprint('go', flush=True)\ntime.sleep(30)",
+            timeout=60,
+            on_output=lambda part: started.set(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    began = time.monotonic()
+    out = await kernel.execute("'free'", timeout=10)
+    assert out.parts == (OutputPart("result", "'free'"),)
+    assert time.monotonic() - began < 5
+
+
+# -- death and restarts -------------------------------------------------------------------
+
+
+async def test_kill_9_during_a_cell_is_noticed_within_two_seconds(kernel: Kernel) -> None:
+    await kernel.execute("lost = 1", timeout=10)
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        kernel.execute(
+            "import time\nprint('go', flush=True)\ntime.sleep(30)",
+            timeout=60,
+            on_output=lambda part: started.set(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    old_pid = kernel.pid
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    out = await asyncio.wait_for(task, 10)
+    assert time.monotonic() - killed_at < 2.0
+    assert out.status == "kernel_died"
+    assert out.note == (
+        "the kernel process died while the cell ran (killed by SIGKILL), "
+        "so it was restarted; all variables are gone"
+    )
+    assert out.parts == (OutputPart("stdout", "go\n"),)
+    assert kernel.restarts == 1
+    assert kernel.pid not in (None, old_pid)
+    after = await kernel.execute("'lost' in globals()", timeout=10)
+    assert after.status == "ok"
+    assert after.parts == (OutputPart("result", "False"),)
+
+
+async def test_exit_from_inside_a_cell_is_a_death(kernel: Kernel) -> None:
+    out = await kernel.execute("import os\nos._exit(1)", timeout=10)
+    assert out.status == "kernel_died"
+    assert "(exit code 1)" in out.note
+    assert (await kernel.execute("1 + 1", timeout=10)).parts == (OutputPart("result", "2"),)
+
+
+async def test_a_kernel_found_dead_is_restarted_before_the_cell(kernel: Kernel) -> None:
+    pid = kernel.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await until(lambda: not kernel.is_alive())
+    out = await kernel.execute("'fresh'", timeout=10)
+    assert out.status == "ok"
+    assert out.parts == (OutputPart("result", "'fresh'"),)
+    assert out.note == (
+        "the kernel process had died since the last cell (killed by SIGKILL), so it was restarted "
+        "before this cell ran; variables from earlier cells are gone"
+    )
+    assert kernel.restarts == 1
+
+
+async def test_restart_and_idempotent_shutdown(
+    make_kernel: Callable[..., Kernel], workdir: Path
+) -> None:
+    kernel = make_kernel()
+    await kernel.start()
+    await kernel.execute("v = 1", timeout=10)
+    pid = kernel.pid
+    connection_file = kernel.connection_file
+    assert connection_file.exists()
+    await kernel.restart()
+    assert kernel.is_alive()
+    assert kernel.pid != pid
+    assert kernel.restarts == 1
+    out = await kernel.execute("import os\n'v' in globals(), os.getcwd()", timeout=10)
+    assert out.parts == (OutputPart("result", f"(False, {str(workdir)!r})"),)
+    assert connection_file.exists()  # the same file serves the new process
+    await kernel.shutdown()
+    await kernel.shutdown()
+    assert kernel.pid is None
+    assert not kernel.is_alive()
+    assert not connection_file.exists()
+    assert list(connection_file.parent.iterdir()) == []
+    with pytest.raises(KernelError):
+        await kernel.execute("1", timeout=10)
+
+
+async def test_chdir_moves_the_kernel_and_its_restarts(kernel: Kernel, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    await kernel.chdir(other)
+    assert kernel.cwd == other
+    assert (await kernel.execute("import os; os.getcwd()", timeout=10)).parts == (
+        OutputPart("result", repr(str(other))),
+    )
+    with pytest.raises(KernelError):
+        await kernel.chdir(tmp_path / "missing")
+    await kernel.restart()
+    assert (await kernel.execute("import os; os.getcwd()", timeout=10)).parts == (
+        OutputPart("result", repr(str(other))),
+    )
+
+
+async def test_a_kernel_that_cannot_start_raises_and_leaves_nothing(
+    make_kernel: Callable[..., Kernel], tmp_path: Path
+) -> None:
+    with pytest.raises(KernelError, match="exited while starting"):
+        await make_kernel(python="/bin/false").start()
+    with pytest.raises(KernelError, match="could not start"):
+        await make_kernel(python=str(tmp_path / "no-python")).start()
+    leftovers = [p.name for p in (tmp_path / "rt").iterdir()]
+    assert leftovers == []
+
+
+async def test_a_deep_runtime_dir_still_gets_short_socket_paths(
+    config: Config, workdir: Path, tmp_path: Path
+) -> None:
+    runtime = tmp_path / ("deep" * 15) / "kernels"
+    async with Kernel(workdir, config.kernel.env, runtime_dir=runtime) as kernel:
+        assert kernel.connection_file.parent == runtime
+        prefix = json.loads(kernel.connection_file.read_text())["ip"]
+        sockets = list(Path(prefix).parent.glob(Path(prefix).name + "-*"))
+        assert sockets
+        assert all(len(str(s)) < 104 for s in sockets)
+        assert (await kernel.execute("1 + 1", timeout=10)).parts == (OutputPart("result", "2"),)
+    assert not any(s.exists() for s in sockets)
+    assert list(runtime.iterdir()) == []
+
+
+async def test_start_time_is_recorded(kernel: Kernel) -> None:
+    assert kernel.startup_time is not None
+    assert 0 < kernel.startup_time < 30
+
+
+# -- environment --------------------------------------------------------------------------
+
+
+async def test_provider_keys_never_reach_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, home: Path, workdir: Path, tmp_path: Path
+) -> None:
+    canaries = {
+        "OPENAI_API_KEY": "sk-canary-openai-5d1f",
+        "ANTHROPIC_API_KEY": "sk-ant-canary-77a2",
+        "ACME_LLM_KEY": "acme-canary-93c0",
+    }
+    for name, value in canaries.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RECURSA_DAEMON_ONLY", "not for kernels")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        '[providers.acme]\nkind = "openai"\napi_key_env = "ACME_LLM_KEY"\n'
+        '[kernel]\nenv_allow = ["ACME_LLM_KEY"]\n',
+        encoding="utf-8",
+    )
+    env = load_config().kernel.env
+    async with Kernel(workdir, env, runtime_dir=tmp_path / "rt") as kernel:
+        probe = (
+            "import os, json\n"
+            f"names, values = {sorted(canaries)!r}, {sorted(canaries.values())!r}\n"
+            "print(json.dumps({\n"
+            "    'names': [n for n in names if n in os.environ],\n"
+            "    'values': [k for k, v in os.environ.items() if any(c in v for c in values)],\n"
+            "    'daemon_only': 'RECURSA_DAEMON_ONLY' in os.environ,\n"
+            "    'forced_color': [n for n in ('FORCE_COLOR', 'CLICOLOR_FORCE') if n in os.environ],\n"
+            "}))\n"
+        )
+        out = await kernel.execute(probe, timeout=10)
+        assert out.status == "ok", out.text()
+        assert json.loads(out.text()) == {
+            "names": [],
+            "values": [],
+            "daemon_only": False,
+            "forced_color": [],
+        }
+        pid = kernel.pid
+        assert pid is not None
+        if sys.platform.startswith("linux"):
+            # The environment the process was started with, read from outside.
+            raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            started_with = dict(item.decode().split("=", 1) for item in raw if item)
+            assert set(started_with) - set(env) == {"JPY_PARENT_PID"}
+            assert {k: started_with[k] for k in env} == dict(env)
+
+
+async def test_interleaved_streams_and_displays_keep_their_order(kernel: Kernel) -> None:
+    code = (
+        "import sys\n"
+        "from IPython.display import display\n"
+        "for i in range(12):\n"
+        "    print(f'o{i}', flush=True)\n"
+        "    print(f'e{i}', file=sys.stderr, flush=True)\n"
+        "    if i % 5 == 0:\n"
+        "        display(i)\n"
+    )
+    expected: list[OutputPart] = []
+    for i in range(12):
+        expected += [OutputPart("stdout", f"o{i}\n"), OutputPart("stderr", f"e{i}\n")]
+        if i % 5 == 0:
+            expected.append(OutputPart("display", str(i)))
+    for _ in range(10):
+        out = await kernel.execute(code, timeout=10)
+        assert list(out.parts) == expected
+
+
+async def test_output_below_python_is_captured_and_not_logged(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    out = await kernel.execute("import os\nos.system('echo from-a-subprocess')\nNone", timeout=10)
+    assert out.parts == (OutputPart("stdout", "from-a-subprocess\n"),)
+    logs = list((tmp_path / "rt").glob("*.log"))
+    assert len(logs) == 1
+    assert b"from-a-subprocess" not in logs[0].read_bytes()
+
+
+async def test_background_thread_output_between_cells_is_dropped(kernel: Kernel) -> None:
+    # ipykernel tags a thread's output with the request running when it is
+    # printed: a cell may show some, but never what was printed between cells
+    # (tagged with an older request), and every cell still ends cleanly.
+    start = (
+        "import threading, time\n"
+        "def chatter():\n"
+        "    for _ in range(100):\n"
+        "        print('bg', flush=True)\n"
+        "        time.sleep(0.002)\n"
+        "worker = threading.Thread(target=chatter)\n"
+        "worker.start()\n"
+    )
+    assert (await kernel.execute(start, timeout=10)).status == "ok"
+    seen = 0
+    for _ in range(5):
+        out = await kernel.execute("import time; time.sleep(0.01); 'mine'", timeout=10)
+        assert out.status == "ok"
+        assert [p for p in out.parts if p.kind != "stdout"] == [OutputPart("result", "'mine'")]
+        for part in out.parts:
+            if part.kind == "stdout":
+                # print() writes "bg" and "\n" separately; a cell boundary
+                # can fall between them.
+                assert set(part.text.split()) <= {"bg"}
+                seen += part.text.count("bg")
+    out = await kernel.execute("worker.join()\n'joined'", timeout=10)
+    assert [p for p in out.parts if p.kind != "stdout"] == [OutputPart("result", "'joined'")]
+    assert seen < 100
+
+
+async def test_restart_or_shutdown_during_a_cell_ends_the_cell(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    code = "import time\nprint('go', flush=True)\ntime.sleep(30)"
+    async with make_kernel() as kernel:
+        started = asyncio.Event()
+        task = asyncio.create_task(
+            kernel.execute(code, timeout=60, on_output=lambda part: started.set())
+        )
+        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(kernel.restart(), 10)
+        out = await task
+        assert out.status == "interrupted"
+        assert (
+            out.note
+            == "the kernel was restarted on request while the cell ran; all variables are gone"
+        )
+        assert kernel.restarts == 1
+        assert kernel.is_alive()
+
+        started.clear()
+        task = asyncio.create_task(
+            kernel.execute(code, timeout=60, on_output=lambda part: started.set())
+        )
+        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(kernel.shutdown(), 10)
+        out = await task
+        assert out.status == "interrupted"
+        assert out.note == "the kernel was shut down while the cell ran"
+        assert not kernel.is_alive()
