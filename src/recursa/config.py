@@ -19,7 +19,8 @@ The file, field by field::
     [prices."openai/gpt-4o-mini"]       # USD per million tokens
     input = 0.15
     output = 0.60
-    cached_input = 0.075
+    cached_input = 0.075                # prompt-cache reads
+    cache_write = 0.15                  # prompt-cache writes (Anthropic bills these)
 
     [context_windows]                   # tokens, per model reference
     "openai/my-model" = 32000
@@ -53,7 +54,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from recursa.errors import ConfigError
 
@@ -72,9 +73,25 @@ DEFAULT_LOCAL_N_CTX = 8192
 
 KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
     {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ",
-        "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "COLUMNS", "LINES",
-        "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR", "JUPYTER_PLATFORM_DIRS",
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "COLUMNS",
+        "LINES",
+        "NO_COLOR",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "JUPYTER_PLATFORM_DIRS",
     }
 )
 """Variables a kernel inherits by default (plus every ``LC_*``). Anything else
@@ -104,11 +121,13 @@ class ProviderConfig:
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens. ``cached_input`` defaults to ``input`` when unknown."""
+    """USD per million tokens. ``cached_input`` (prompt-cache reads) defaults to
+    ``input``; ``cache_write`` (prompt-cache writes) to the provider's rule."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +182,9 @@ def parse_duration(value: object, *, key: str) -> float | None:
     elif isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value)
         if not match:
-            raise ConfigError(f"{key}: expected a duration like '90s', '30m' or '2h', got {value!r}")
+            raise ConfigError(
+                f"{key}: expected a duration like '90s', '30m' or '2h', got {value!r}"
+            )
         unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
         seconds = float(match.group(1)) * unit
     else:
@@ -173,13 +194,26 @@ def parse_duration(value: object, *, key: str) -> float | None:
     return seconds or None
 
 
-def load_config(env: Mapping[str, str] | None = None, *, file: Path | None = None) -> Config:
+def color_enabled(stream: TextIO) -> bool:
+    """Whether to color output on ``stream``: a terminal, and NO_COLOR unset."""
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def load_config(
+    env: Mapping[str, str] | None = None,
+    *,
+    file: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
     """Resolve the configuration from defaults, the TOML file and the environment.
 
-    ``env`` defaults to ``os.environ``; tests pass their own mapping.
-    A malformed file or value raises :class:`ConfigError` naming the key.
+    ``env`` defaults to ``os.environ``; ``overrides`` are laid over it (tests
+    use them to point RECURSA_HOME elsewhere). A malformed file or value
+    raises :class:`ConfigError` naming the key.
     """
     environ: Mapping[str, str] = os.environ if env is None else env
+    if overrides:
+        environ = {**environ, **overrides}
     home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
     path = file or Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
     data = _read_toml(path)
@@ -195,7 +229,8 @@ def load_config(env: Mapping[str, str] | None = None, *, file: Path | None = Non
     if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
         raise ConfigError(f"{path}: kernel.env_allow must be a list of variable names")
     startup = parse_duration(
-        kernel_table.get("startup_timeout", DEFAULT_KERNEL_STARTUP_TIMEOUT), key="kernel.startup_timeout"
+        kernel_table.get("startup_timeout", DEFAULT_KERNEL_STARTUP_TIMEOUT),
+        key="kernel.startup_timeout",
     )
     return Config(
         home=home,
@@ -268,7 +303,9 @@ def _table(data: Mapping[str, Any], key: str, path: Path) -> dict[str, Any]:
 def _check_keys(table: Mapping[str, Any], known: set[str], where: str, path: Path) -> None:
     for key in table:
         if key not in known:
-            raise ConfigError(f"{path}: unknown key {where}.{key} (known: {', '.join(sorted(known))})")
+            raise ConfigError(
+                f"{path}: unknown key {where}.{key} (known: {', '.join(sorted(known))})"
+            )
 
 
 def _opt_str(table: Mapping[str, Any], key: str, path: Path, where: str = "") -> str | None:
@@ -285,7 +322,9 @@ def _number(table: Mapping[str, Any], key: str, default: float, path: Path, wher
     return float(value)
 
 
-def _providers(table: dict[str, Any], environ: Mapping[str, str], path: Path) -> dict[str, ProviderConfig]:
+def _providers(
+    table: dict[str, Any], environ: Mapping[str, str], path: Path
+) -> dict[str, ProviderConfig]:
     names = set(table) | set(_BUILTIN_PROVIDERS)
     out: dict[str, ProviderConfig] = {}
     for name in sorted(names):
@@ -293,7 +332,12 @@ def _providers(table: dict[str, Any], environ: Mapping[str, str], path: Path) ->
         where = f"providers.{name}."
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: providers.{name} must be a table")
-        _check_keys(raw, {"kind", "base_url", "api_key", "api_key_env", "timeout", "max_retries"}, f"providers.{name}", path)
+        _check_keys(
+            raw,
+            {"kind", "base_url", "api_key", "api_key_env", "timeout", "max_retries"},
+            f"providers.{name}",
+            path,
+        )
         builtin = _BUILTIN_PROVIDERS.get(name)
         kind = raw.get("kind", builtin[0] if builtin else None)
         if kind not in ("openai", "anthropic"):
@@ -324,14 +368,20 @@ def _prices(table: dict[str, Any], path: Path) -> dict[str, Price]:
         where = f'prices."{model}".'
         if not isinstance(raw, dict):
             raise ConfigError(f'{path}: prices."{model}" must be a table')
-        _check_keys(raw, {"input", "output", "cached_input"}, f'prices."{model}"', path)
+        _check_keys(
+            raw, {"input", "output", "cached_input", "cache_write"}, f'prices."{model}"', path
+        )
         if "input" not in raw or "output" not in raw:
             raise ConfigError(f"{path}: {where}input and {where}output are required")
-        cached = raw.get("cached_input")
         out[model] = Price(
             input=_number(raw, "input", 0, path, where),
             output=_number(raw, "output", 0, path, where),
-            cached_input=None if cached is None else _number(raw, "cached_input", 0, path, where),
+            cached_input=_number(raw, "cached_input", 0, path, where)
+            if "cached_input" in raw
+            else None,
+            cache_write=_number(raw, "cache_write", 0, path, where)
+            if "cache_write" in raw
+            else None,
         )
     return out
 
@@ -346,13 +396,20 @@ def _context_windows(table: dict[str, Any], path: Path) -> dict[str, int]:
 
 
 def _limits(table: dict[str, Any], path: Path) -> Limits:
-    _check_keys(table, {"max_steps", "max_tokens", "max_time", "cell_timeout", "output_chars"}, "limits", path)
+    _check_keys(
+        table,
+        {"max_steps", "max_tokens", "max_time", "cell_timeout", "output_chars"},
+        "limits",
+        path,
+    )
     steps = _number(table, "max_steps", DEFAULT_MAX_STEPS, path, "limits.")
     tokens = _number(table, "max_tokens", 0, path, "limits.")
     output_chars = _number(table, "output_chars", DEFAULT_OUTPUT_CHARS, path, "limits.")
     if output_chars < 200:
         raise ConfigError(f"{path}: limits.output_chars must be at least 200")
-    cell_timeout = parse_duration(table.get("cell_timeout", DEFAULT_CELL_TIMEOUT), key="limits.cell_timeout")
+    cell_timeout = parse_duration(
+        table.get("cell_timeout", DEFAULT_CELL_TIMEOUT), key="limits.cell_timeout"
+    )
     return Limits(
         max_steps=int(steps) or None,
         max_tokens=int(tokens) or None,
@@ -383,6 +440,7 @@ __all__ = [
     "Price",
     "ProviderConfig",
     "ProviderKind",
+    "color_enabled",
     "kernel_environment",
     "load_config",
     "parse_duration",

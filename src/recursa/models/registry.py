@@ -96,7 +96,12 @@ class Providers:
         info = provider.info(model)
         window = self.config.context_windows.get(ref)
         if window is not None:
-            info = ModelInfo(ref=info.ref, native_tools=info.native_tools, context_window=window, notes=info.notes)
+            info = ModelInfo(
+                ref=info.ref,
+                native_tools=info.native_tools,
+                context_window=window,
+                notes=info.notes,
+            )
         return info
 
     def _build(self, name: str) -> Provider:
@@ -122,4 +127,11 @@ def registered_names(config: Config) -> list[str]:
     return sorted(set(_SIMPLE) | set(config.providers))
 
 
-__all__ = ["ModelRef", "Providers", "parse_ref", "register_kind", "register_provider", "registered_names"]
+__all__ = [
+    "ModelRef",
+    "Providers",
+    "parse_ref",
+    "register_kind",
+    "register_provider",
+    "registered_names",
+]

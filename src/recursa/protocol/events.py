@@ -15,9 +15,9 @@ The grammar of one turn::
     )+
     turn_ended                      why it ended, and the answer if there is one
 
-``notice`` and ``kernel_status`` may appear anywhere. ``text_delta`` is
-transient: streamed to watchers, never stored; the complete text is in
-``assistant_reply``.
+``notice``, ``kernel_status`` and ``status_changed`` may appear anywhere.
+``text_delta`` and ``cell_output`` are transient: streamed to watchers, never
+stored; the complete text is in ``assistant_reply`` and ``cell_finished``.
 
 Adding a field with a default is compatible. Removing or renaming one, or
 changing a meaning, bumps :data:`PROTOCOL_VERSION`.
@@ -164,6 +164,22 @@ class TurnEnded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StatusChanged:
+    status: SessionStatus
+    type: Literal["status_changed"] = "status_changed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellOutput:
+    """Transient: output of a running cell as it arrives. Never stored."""
+
+    cell: int
+    stream: Literal["stdout", "stderr", "result", "display", "error"]
+    text: str
+    type: Literal["cell_output"] = "cell_output"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """Transient: a piece of the reply being streamed. Never stored."""
 
@@ -184,16 +200,21 @@ Event = (
     | KernelStatus
     | Notice
     | TurnEnded
+    | StatusChanged
     | TextDelta
+    | CellOutput
 )
 
-EVENT_TYPES: dict[str, type[Any]] = {cls.__dataclass_fields__["type"].default: cls for cls in get_args(Event)}
-TRANSIENT_TYPES: frozenset[str] = frozenset({"text_delta"})
+EVENT_TYPES: dict[str, type[Any]] = {
+    cls.__dataclass_fields__["type"].default: cls for cls in get_args(Event)
+}
+TRANSIENT_TYPES: frozenset[str] = frozenset({"text_delta", "cell_output"})
 
 
 @dataclass(frozen=True, slots=True)
 class EventRecord:
-    """A stored event: its global order ``seq``, its session and its time (unix seconds)."""
+    """A stored event: its global order ``seq``, its session and its time (unix seconds).
+    Transient events travel in records too, with ``seq == 0``."""
 
     seq: int
     session_id: str
@@ -241,7 +262,12 @@ def event_from_json(text: str) -> Event:
 
 def record_to_dict(record: EventRecord) -> dict[str, Any]:
     """The wire and ``--json`` form: the event's fields plus ``seq``, ``session_id`` and ``ts``."""
-    return {"seq": record.seq, "session_id": record.session_id, "ts": record.ts, **event_to_dict(record.event)}
+    return {
+        "seq": record.seq,
+        "session_id": record.session_id,
+        "ts": record.ts,
+        **event_to_dict(record.event),
+    }
 
 
 __all__ = [
@@ -249,6 +275,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "AssistantReply",
     "CellFinished",
+    "CellOutput",
     "CellStarted",
     "CellStatus",
     "Event",
@@ -262,6 +289,7 @@ __all__ = [
     "NoticeLevel",
     "SessionCreated",
     "SessionStatus",
+    "StatusChanged",
     "TextDelta",
     "TurnEndReason",
     "TurnEnded",

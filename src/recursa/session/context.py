@@ -1,0 +1,162 @@
+"""The model's context: an immutable base prompt, the project's instruction
+files, and the conversation, which is a projection of the session's events.
+
+The base prompt never changes during a session, so providers can cache the
+prompt prefix; everything that varies comes after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from recursa.models.types import AssistantMessage, Message, ToolResult, UserMessage
+from recursa.protocol.events import AssistantReply, CellFinished, Event, UserInput
+from recursa.session.cells import parse_fenced
+
+BASE_PROMPT = """\
+You work in a persistent IPython kernel through one tool, python, which runs a cell and returns its output. \
+Variables, imports and files persist between cells. Start a cell with %%bash for shell commands; top-level await works. \
+Long outputs are shortened; the full text of cell n is then in _out[n].
+Find things out by running code rather than guessing. When the task is done, reply without a tool call: \
+that reply is your final answer, so make it complete and direct."""
+
+FENCED_PROMPT = """\
+You solve tasks by running Python code in a persistent Python session: \
+variables, imports and functions stay defined from one cell to the next.
+
+Rules:
+- To run code, reply with exactly one ```python block and nothing after it. \
+Then wait: the next message shows the block's output.
+- Only printed output (and the value of a final bare expression) is shown, so print what you need to see.
+- Never guess an output; run code to find out.
+- When you know the answer, reply in plain text with no code block; that reply ends the task.
+- Your first reply must be a ```python block."""
+
+CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
+MAX_CONTEXT_FILE_CHARS = 32_000
+
+
+@dataclass(frozen=True, slots=True)
+class ContextFile:
+    path: Path
+    text: str
+
+
+def find_context_files(cwd: Path) -> list[ContextFile]:
+    """AGENTS.md and CLAUDE.md from the filesystem root down to ``cwd``.
+
+    Outermost first, so the nearest file (the most specific) comes last and
+    reads as the final word. Unreadable files are skipped; long ones are cut.
+    """
+    found: list[ContextFile] = []
+    for directory in reversed([cwd, *cwd.parents]):
+        for name in CONTEXT_FILE_NAMES:
+            path = directory / name
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+                continue
+            if len(text) > MAX_CONTEXT_FILE_CHARS:
+                text = (
+                    text[:MAX_CONTEXT_FILE_CHARS]
+                    + f"\n[... cut at {MAX_CONTEXT_FILE_CHARS:,} characters]"
+                )
+            found.append(ContextFile(path, text.strip()))
+    return found
+
+
+def system_prompt(base: str, files: Iterable[ContextFile], supplements: Iterable[str] = ()) -> str:
+    """The base prompt, then the instruction files, then supplements (harness state)."""
+    parts = [base]
+    for file in files:
+        if file.text:
+            parts.append(f"# Instructions from {file.path}\n\n{file.text}")
+    parts.extend(s for s in supplements if s)
+    return "\n\n".join(parts)
+
+
+def render_cell_result(event: CellFinished) -> str:
+    """What the model reads for a cell."""
+    return event.output if event.output.strip() else "(no output)"
+
+
+_INPUT_PREFIX = {
+    "user": "",
+    "system": "[harness] ",
+    "parent": "[message from your parent agent] ",
+    "child": "[message from a sub-agent] ",
+    "sibling": "[message from a sibling agent] ",
+    "schedule": "[scheduled prompt] ",
+}
+
+
+def render_input(event: UserInput) -> str:
+    prefix = _INPUT_PREFIX.get(event.source, "")
+    if event.sender and event.source in ("child", "sibling", "parent"):
+        prefix = prefix.replace("] ", f" {event.sender}] ")
+    return prefix + event.text
+
+
+class Conversation:
+    """The messages of the model's context, kept in step with the event log.
+
+    ``apply`` every persisted event in order (replaying the log rebuilds the
+    same list). Native-tool sessions get cell results as tool results;
+    fenced-code sessions get them as user messages.
+    """
+
+    def __init__(self, *, fenced: bool) -> None:
+        self.fenced = fenced
+        self.messages: list[Message] = []
+        self._unanswered: list[str] = []
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case UserInput():
+                self._close_unanswered()
+                self.messages.append(UserMessage(render_input(event)))
+            case AssistantReply(text=text, tool_calls=calls, fenced=fenced):
+                self._close_unanswered()
+                if fenced:
+                    self.messages.append(AssistantMessage(parse_fenced(text).kept))
+                else:
+                    self.messages.append(AssistantMessage(text, calls))
+                    self._unanswered = [call.id for call in calls]
+            case CellFinished():
+                text = render_cell_result(event)
+                if self.fenced:
+                    self.messages.append(UserMessage(f"Output:\n```\n{text.rstrip()}\n```"))
+                else:
+                    self.messages.append(ToolResult(event.call_id, text))
+                    if event.call_id in self._unanswered:
+                        self._unanswered.remove(event.call_id)
+            case _:
+                pass
+
+    def _close_unanswered(self) -> None:
+        """Every tool call must have a result before the conversation moves on
+        (providers reject the request otherwise): a call cut off by an
+        interruption or a crash is answered as not run."""
+        for call_id in self._unanswered:
+            self.messages.append(
+                ToolResult(call_id, "(not run: the turn was interrupted before this call)")
+            )
+        self._unanswered = []
+
+    def snapshot(self) -> tuple[Message, ...]:
+        return tuple(self.messages)
+
+
+__all__ = [
+    "BASE_PROMPT",
+    "CONTEXT_FILE_NAMES",
+    "FENCED_PROMPT",
+    "ContextFile",
+    "Conversation",
+    "find_context_files",
+    "render_cell_result",
+    "render_input",
+    "system_prompt",
+]

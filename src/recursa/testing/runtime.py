@@ -1,0 +1,55 @@
+"""``make_runtime``: a real Runtime rooted in a temporary directory.
+
+Real store, real kernels, real providers; only the model is scripted (faux
+provider or the loopback fake server). Retries do not sleep: the delays they
+would have slept are recorded in ``runtime.retry_delays`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from recursa.config import Limits, load_config
+from recursa.runtime import Runtime
+
+
+class RecordingSleep:
+    """An injected ``sleep`` that records delays and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+@asynccontextmanager
+async def make_runtime(
+    home: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
+    warm_kernels: int = 0,
+    retry_sleep: RecordingSleep | None = None,
+) -> AsyncIterator[Runtime]:
+    """A Runtime whose RECURSA_HOME is ``home``; closed (kernels and all) on exit.
+
+    The configuration reads the real environment with ``env`` laid over it.
+    Retries sleep through ``retry_sleep`` (a fresh :class:`RecordingSleep` by
+    default, reachable as ``runtime.retry_sleep``).
+    """
+    config = load_config(overrides={"RECURSA_HOME": str(home), **(env or {})})
+    if limits is not None:
+        config = replace(config, limits=limits)
+    sleep = retry_sleep or RecordingSleep()
+    runtime = await Runtime.open(config, warm_kernels=warm_kernels, retry_sleep=sleep)
+    try:
+        yield runtime
+    finally:
+        await runtime.aclose()
+
+
+__all__ = ["RecordingSleep", "make_runtime"]
