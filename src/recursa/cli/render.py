@@ -20,7 +20,6 @@ from recursa.protocol.events import (
     EventRecord,
     KernelStatus,
     ModelRetry,
-    ModelUsage,
     Notice,
     SessionCreated,
     TextDelta,
@@ -28,6 +27,7 @@ from recursa.protocol.events import (
     UserInput,
     record_to_dict,
 )
+from recursa.store import UsageTotals
 
 _RESET = "\x1b[0m"
 _STYLES = {
@@ -41,39 +41,30 @@ _STYLES = {
 LIMIT_REASONS = frozenset({"max_steps", "max_tokens", "max_time"})
 
 
-@dataclass
-class Tally:
-    """Usage over what was rendered: the one-line summary at the end."""
+def usage_line(totals: UsageTotals) -> str:
+    """One line of usage: calls, tokens, and a cost that never reads as free when unknown."""
+    cached = f" ({totals.cached_tokens:,} cached)" if totals.cached_tokens else ""
+    if totals.calls and totals.unknown_cost_calls == totals.calls:
+        cost = "cost unknown"
+    elif totals.unknown_cost_calls:
+        cost = f"${totals.cost:.4f} + {totals.unknown_cost_calls} unpriced calls"
+    elif totals.cost == 0:
+        cost = "no cost"
+    else:
+        cost = f"${totals.cost:.4f}"
+    calls = f"{totals.calls} model call{'s' * (totals.calls != 1)}"
+    return f"{calls} · {totals.input_tokens:,} in{cached} / {totals.output_tokens:,} out tokens · {cost}"
 
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost: float = 0.0
-    unknown_cost: int = 0
 
-    def add(self, usage: ModelUsage) -> None:
-        self.calls += 1
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.cached_tokens += usage.cached_tokens
-        if usage.cost is None:
-            self.unknown_cost += 1
-        else:
-            self.cost += usage.cost
-
-    def cost_text(self) -> str:
-        if self.calls and self.unknown_cost == self.calls:
-            return "cost unknown"
-        text = f"${self.cost:.4f}"
-        return f"{text} + unknown for {self.unknown_cost} calls" if self.unknown_cost else text
-
-    def summary(self) -> str:
-        cached = f" ({self.cached_tokens:,} cached)" if self.cached_tokens else ""
-        return (
-            f"{self.calls} model call{'s' * (self.calls != 1)} · "
-            f"{self.input_tokens:,} in{cached} / {self.output_tokens:,} out tokens · {self.cost_text()}"
-        )
+def usage_dict(totals: UsageTotals) -> dict[str, object]:
+    return {
+        "calls": totals.calls,
+        "input_tokens": totals.input_tokens,
+        "output_tokens": totals.output_tokens,
+        "cached_tokens": totals.cached_tokens,
+        "cost": round(totals.cost, 6) if totals.cost_complete else None,
+        "unknown_cost_calls": totals.unknown_cost_calls,
+    }
 
 
 @dataclass
@@ -83,7 +74,6 @@ class TranscriptPrinter:
 
     out: TextIO = field(default_factory=lambda: sys.stderr)
     color: bool = False
-    tally: Tally = field(default_factory=Tally)
     _at_line_start: bool = True
     _streamed_reply: bool = False
     _streamed_cell: bool = False
@@ -122,8 +112,6 @@ class TranscriptPrinter:
                 self._streamed_reply = False
                 if not self._at_line_start:
                     self._write("\n")
-            case ModelUsage():
-                self.tally.add(event)
             case ModelRetry(kind=kind, attempt=attempt, delay=delay, message=message):
                 self._streamed_reply = False
                 self._line(
@@ -162,8 +150,8 @@ class TranscriptPrinter:
             case _:
                 pass
 
-    def summary(self, elapsed: float) -> None:
-        self._line(self._style("dim", f"── {self.tally.summary()} · {elapsed:.1f} s"))
+    def summary(self, totals: UsageTotals, elapsed: float) -> None:
+        self._line(self._style("dim", f"── {usage_line(totals)} · {elapsed:.1f} s"))
 
 
 def json_line(record: EventRecord, out: TextIO) -> None:
@@ -171,4 +159,4 @@ def json_line(record: EventRecord, out: TextIO) -> None:
     out.flush()
 
 
-__all__ = ["LIMIT_REASONS", "Tally", "TranscriptPrinter", "json_line"]
+__all__ = ["LIMIT_REASONS", "TranscriptPrinter", "json_line", "usage_dict", "usage_line"]

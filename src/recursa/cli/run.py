@@ -20,12 +20,13 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
-from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line
+from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line, usage_dict
 from recursa.config import Config, color_enabled, load_config, parse_duration
 from recursa.errors import UsageError
 from recursa.protocol.events import EventRecord, StatusChanged, TurnEnded
 from recursa.runtime import Runtime
 from recursa.session import Session
+from recursa.store import UsageTotals
 
 EXIT_BY_REASON = {
     "answered": 0,
@@ -106,6 +107,8 @@ async def _run(
     printer = TranscriptPrinter(color=color_enabled(sys.stderr))
     async with await Runtime.open(config, warm_kernels=0) as runtime:
         session = await runtime.create_session(model=model, cwd=cwd, name=name)
+        for record in session.history():  # what was recorded before we listened
+            _show(record, printer, json_lines)
         session.listen(lambda record: _show(record, printer, json_lines))
         interrupts = _Interrupts(session)
         interrupts.install()
@@ -125,7 +128,8 @@ async def _run(
             end = session.last_end
         finally:
             interrupts.remove()
-        _finish(session, end, printer, json_lines, time.monotonic() - started)
+        totals = runtime.store.usage_totals(session.id)
+        _finish(session, end, totals, printer, json_lines, time.monotonic() - started)
         if interrupts.hard:
             return 130
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
@@ -148,6 +152,7 @@ def _show(record: EventRecord, printer: TranscriptPrinter, json_lines: bool) -> 
 def _finish(
     session: Session,
     end: TurnEnded | None,
+    totals: UsageTotals,
     printer: TranscriptPrinter,
     json_lines: bool,
     elapsed: float,
@@ -159,18 +164,12 @@ def _finish(
             "reason": end.reason if end else None,
             "answer": end.answer if end else None,
             "detail": end.detail if end else "",
-            "usage": {
-                "calls": printer.tally.calls,
-                "input_tokens": printer.tally.input_tokens,
-                "output_tokens": printer.tally.output_tokens,
-                "cached_tokens": printer.tally.cached_tokens,
-                "cost": None if printer.tally.unknown_cost else round(printer.tally.cost, 6),
-            },
+            "usage": usage_dict(totals),
             "elapsed": round(elapsed, 3),
         }
         sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
         return
-    printer.summary(elapsed)
+    printer.summary(totals, elapsed)
     if end is None:
         return
     if end.reason == "answered" and end.answer is not None:

@@ -138,11 +138,16 @@ class AnthropicProvider:
         system: list[TextBlockParam] | None = None
         if request.system:
             system = [{"type": "text", "text": request.system, "cache_control": _ephemeral()}]
+        # The conversation goes in ``extra_body``, merged into the JSON as given,
+        # so the SDK does not walk every message against its TypedDicts (a cost
+        # that grows with the conversation; see models/openai.py).
+        body: dict[str, object] = {"messages": translate_messages(request.messages)}
         try:
             response = await self._client.messages.create(
                 model=request.model,
                 max_tokens=request.max_output_tokens or DEFAULT_MAX_TOKENS,
-                messages=translate_messages(request.messages),
+                messages=[],
+                extra_body=body,
                 system=system if system is not None else omit,
                 tools=translate_tools(request.tools) if request.tools else omit,
                 stop_sequences=list(request.stop) if request.stop else omit,

@@ -6,12 +6,14 @@
   streaming wire formats, with injected faults;
 - ``make_runtime(tmp_path)``: a real Runtime rooted in a temporary directory.
 
-``make_runtime`` is imported on first use, so ``python -m
-recursa.testing.fake_server`` starts without loading kernels or the store.
+The fake server and ``make_runtime`` are imported on first use, so ``python
+-m recursa.testing.fake_server`` runs its module once, without loading
+kernels or the store.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from recursa.models.faux import (
@@ -24,19 +26,27 @@ from recursa.models.faux import (
     reply,
     tool_call,
 )
-from recursa.testing.fake_script import Fault, Reply, ToolCallSpec
-from recursa.testing.fake_server import FakeModelServer
 
 if TYPE_CHECKING:
+    from recursa.testing.fake_script import Fault, Reply, ToolCallSpec
+    from recursa.testing.fake_server import FakeModelServer
     from recursa.testing.runtime import RecordingSleep, make_runtime
+
+_LAZY = {
+    "FakeModelServer": "recursa.testing.fake_server",
+    "Fault": "recursa.testing.fake_script",
+    "Reply": "recursa.testing.fake_script",
+    "ToolCallSpec": "recursa.testing.fake_script",
+    "RecordingSleep": "recursa.testing.runtime",
+    "make_runtime": "recursa.testing.runtime",
+}
 
 
 def __getattr__(name: str) -> object:
-    if name in ("make_runtime", "RecordingSleep"):
-        from recursa.testing import runtime
-
-        return getattr(runtime, name)
-    raise AttributeError(f"module 'recursa.testing' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'recursa.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

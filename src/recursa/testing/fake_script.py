@@ -86,6 +86,7 @@ class Reply:
     the size of each streamed piece of text and argument JSON.
     ``stall_after``, when set, sends that many stream events and then holds
     the response open until the client goes away (for abandonment tests).
+    ``delay`` seconds pass before the answer starts, like a model thinking.
     """
 
     text: str = ""
@@ -94,10 +95,13 @@ class Reply:
     stop_reason: StopReason | None = None
     chunk: int = DEFAULT_CHUNK
     stall_after: int | None = None
+    delay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.chunk < 1:
             raise ValueError("chunk must be at least 1")
+        if self.delay < 0:
+            raise ValueError("delay cannot be negative")
 
     @property
     def effective_stop(self) -> StopReason:
@@ -156,7 +160,7 @@ def item_from_json(raw: object) -> ScriptItem:
         if unknown:
             raise ValueError(f"unknown fault fields: {', '.join(sorted(unknown))}")
         return Fault(raw["fault"], float(raw.get("retry_after", 1.0)), raw.get("message"))
-    unknown = set(raw) - {"text", "tool_calls", "usage", "stop_reason", "chunk", "stall_after"}
+    unknown = set(raw) - {"text", "tool_calls", "usage", "stop_reason", "chunk", "stall_after", "delay"}
     if unknown:
         raise ValueError(f"unknown reply fields: {', '.join(sorted(unknown))}")
     calls = tuple(
@@ -171,6 +175,7 @@ def item_from_json(raw: object) -> ScriptItem:
         stop_reason=raw.get("stop_reason"),
         chunk=int(raw.get("chunk", DEFAULT_CHUNK)),
         stall_after=raw.get("stall_after"),
+        delay=float(raw.get("delay", 0.0)),
     )
 
 

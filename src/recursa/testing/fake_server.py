@@ -330,6 +330,8 @@ class FakeModelServer:
         if isinstance(item, Fault):
             return await self._fault(ex, vendor, body, item)
         usage = item.usage or estimate_usage(body, item)
+        if item.delay:
+            await asyncio.sleep(item.delay)
         if not request.streamed:
             return await ex.send_json(200, fake_wire.whole_answer(vendor, item, body, usage))
         events = fake_wire.stream_events(vendor, item, body, usage)
@@ -433,7 +435,9 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) 
 # --- command line ---------------------------------------------------------------------
 
 
-async def _main(script: list[ScriptItem], host: str, port: int, port_file: Path | None) -> None:
+async def _main(
+    script: list[ScriptItem], host: str, port: int, port_file: Path | None, log: Path | None
+) -> None:
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -447,6 +451,12 @@ async def _main(script: list[ScriptItem], host: str, port: int, port_file: Path 
             f"openai: {server.openai_base_url}\nanthropic: {server.anthropic_base_url}", flush=True
         )
         await stopped.wait()
+        if log is not None:
+            lines = [
+                json.dumps({"path": r.path, "received_at": r.received_at, "finished_at": r.finished_at})
+                for r in server.requests
+            ]
+            log.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,9 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-file", type=Path, help="write the listening port here")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--log", type=Path, help="on exit, write each request's path and monotonic times here"
+    )
     args = parser.parse_args(argv)
     script = load_script(json.loads(args.script.read_text(encoding="utf-8"))) if args.script else []
-    asyncio.run(_main(script, args.host, args.port, args.port_file))
+    asyncio.run(_main(script, args.host, args.port, args.port_file, args.log))
     return 0
 
 

@@ -1,0 +1,140 @@
+"""Harness overhead per tool step, measured at the model server.
+
+The overhead of a step is the time from the model server writing the last byte
+of a reply (a ``python`` tool call with a trivial cell) to it receiving the
+next request: SDK parsing, the turn loop, the store writes, the cell's round
+trip through a real kernel, building the next request and sending it. The
+fake server runs in its own process (TCP_NODELAY set) and timestamps both
+ends, so nothing of the server's own work is counted.
+
+Scenarios:
+
+- steady: ``--steps`` trivial cells in one turn; median, p90 and max of the
+  per-step overhead, the first step excluded.
+- cold, instant model: a fresh runtime with no kernel; the first reply comes
+  at once, so the first step waits for the kernel to start.
+- cold, model latency: the same, with the first reply taking ``--latency``
+  seconds, as a real first call does; the kernel starts while it is in flight.
+- warm kernel: a runtime that keeps a kernel ready (as the daemon does).
+
+For each cold scenario it prints the time from the task being sent to the
+first request reaching the server, and the first step's overhead.
+
+Usage: python benchmarks/turn_overhead.py [--steps 60] [--repeats 5] [--latency 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from recursa.config import load_config
+from recursa.runtime import Runtime
+
+
+@dataclass
+class Timing:
+    sent_at: float
+    requests: list[dict[str, float]]
+
+    def gaps(self) -> list[float]:
+        """Reply k finished → request k+1 received, for every step."""
+        return [
+            self.requests[k + 1]["received_at"] - self.requests[k]["finished_at"]
+            for k in range(len(self.requests) - 1)
+        ]
+
+    def to_first_request(self) -> float:
+        return self.requests[0]["received_at"] - self.sent_at
+
+
+def step(code: str, delay: float = 0.0) -> dict[str, object]:
+    item: dict[str, object] = {"tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+    if delay:
+        item["delay"] = delay
+    return item
+
+
+async def run_once(script: list[dict[str, object]], home: Path, warm: bool) -> Timing:
+    workdir = Path(tempfile.mkdtemp(dir=home))
+    script_file, log_file = workdir / "script.json", workdir / "requests.jsonl"
+    script_file.write_text(json.dumps(script))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "recursa.testing.fake_server", "--script", str(script_file), "--log", str(log_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().split(": ", 1)[1].strip()
+        config = load_config(
+            overrides={"RECURSA_HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench"}
+        )
+        config = replace(config, limits=replace(config.limits, max_steps=None))
+        async with await Runtime.open(config, warm_kernels=1 if warm else 0) as runtime:
+            if warm:
+                await runtime.kernels.fill()
+            session = await runtime.create_session(model="openai/bench", cwd=workdir)
+            sent_at = time.monotonic()
+            end = await session.ask("benchmark")
+            assert end is not None and end.reason == "answered", end
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    requests = [json.loads(line) for line in log_file.read_text().splitlines()]
+    return Timing(sent_at, requests)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.2f} ms"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--latency", type=float, default=1.0)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="recursa-bench-"))
+    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+
+    steady = [step("i = 0"), *[step("i += 1") for _ in range(args.steps)], {"text": "done"}]
+    timing = await run_once(steady, home, warm=False)
+    gaps = timing.gaps()[1:]
+    print(f"steady state, {len(gaps)} steps with a trivial cell (reply complete → next request sent):")
+    print(f"  median {ms(statistics.median(gaps))}   p90 {ms(percentile(gaps, 0.9))}   max {ms(max(gaps))}")
+
+    scenarios = [
+        ("cold, instant model", False, 0.0),
+        (f"cold, first call takes {args.latency:.1f} s", False, args.latency),
+        ("warm kernel (daemon)", True, 0.0),
+    ]
+    print(f"\nfirst step, median of {args.repeats} fresh runtimes:")
+    for label, warm, delay in scenarios:
+        firsts, to_request = [], []
+        for _ in range(args.repeats):
+            t = await run_once([step("x = 1", delay=delay), {"text": "done"}], home, warm=warm)
+            firsts.append(t.gaps()[0])
+            to_request.append(t.to_first_request())
+        print(
+            f"  {label:32s} first step {ms(statistics.median(firsts))}   "
+            f"task sent → first request {ms(statistics.median(to_request))}"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

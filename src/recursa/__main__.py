@@ -1,0 +1,5 @@
+"""``python -m recursa`` is the ``recursa`` command."""
+
+from recursa.cli import main
+
+main()
