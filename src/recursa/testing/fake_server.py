@@ -436,8 +436,8 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) 
 
 
 async def _main(
-    script: list[ScriptItem], host: str, port: int, port_file: Path | None, log: Path | None
-) -> None:
+    script: list[ScriptItem], host: str, port: int, port_file: Path | None
+) -> list[RecordedRequest]:
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -451,12 +451,7 @@ async def _main(
             f"openai: {server.openai_base_url}\nanthropic: {server.anthropic_base_url}", flush=True
         )
         await stopped.wait()
-        if log is not None:
-            lines = [
-                json.dumps({"path": r.path, "received_at": r.received_at, "finished_at": r.finished_at})
-                for r in server.requests
-            ]
-            log.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return server.requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -477,7 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     script = load_script(json.loads(args.script.read_text(encoding="utf-8"))) if args.script else []
-    asyncio.run(_main(script, args.host, args.port, args.port_file, args.log))
+    requests = asyncio.run(_main(script, args.host, args.port, args.port_file))
+    if args.log is not None:
+        lines = [
+            json.dumps({"path": r.path, "received_at": r.received_at, "finished_at": r.finished_at})
+            for r in requests
+        ]
+        args.log.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return 0
 
 
