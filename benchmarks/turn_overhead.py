@@ -69,7 +69,15 @@ async def run_once(script: list[dict[str, object]], home: Path, warm: bool) -> T
     script_file, log_file = workdir / "script.json", workdir / "requests.jsonl"
     script_file.write_text(json.dumps(script))
     server = subprocess.Popen(
-        [sys.executable, "-m", "recursa.testing.fake_server", "--script", str(script_file), "--log", str(log_file)],
+        [
+            sys.executable,
+            "-m",
+            "recursa.testing.fake_server",
+            "--script",
+            str(script_file),
+            "--log",
+            str(log_file),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -77,7 +85,11 @@ async def run_once(script: list[dict[str, object]], home: Path, warm: bool) -> T
         assert server.stdout is not None
         base_url = server.stdout.readline().split(": ", 1)[1].strip()
         config = load_config(
-            overrides={"RECURSA_HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench"}
+            overrides={
+                "RECURSA_HOME": str(home),
+                "OPENAI_BASE_URL": base_url,
+                "OPENAI_API_KEY": "bench",
+            }
         )
         config = replace(config, limits=replace(config.limits, max_steps=None))
         async with await Runtime.open(config, warm_kernels=1 if warm else 0) as runtime:
@@ -115,8 +127,12 @@ async def main() -> None:
     steady = [step("i = 0"), *[step("i += 1") for _ in range(args.steps)], {"text": "done"}]
     timing = await run_once(steady, home, warm=False)
     gaps = timing.gaps()[1:]
-    print(f"steady state, {len(gaps)} steps with a trivial cell (reply complete → next request sent):")
-    print(f"  median {ms(statistics.median(gaps))}   p90 {ms(percentile(gaps, 0.9))}   max {ms(max(gaps))}")
+    print(
+        f"steady state, {len(gaps)} steps with a trivial cell (reply complete → next request sent):"
+    )
+    print(
+        f"  median {ms(statistics.median(gaps))}   p90 {ms(percentile(gaps, 0.9))}   max {ms(max(gaps))}"
+    )
 
     scenarios = [
         ("cold, instant model", False, 0.0),

@@ -35,6 +35,8 @@ The file, field by field::
     [kernel]
     env_allow = ["MY_TOOL_HOME"]        # extra variables a kernel may see
     startup_timeout = 60
+    interrupt_grace = "3s"              # an interrupted cell's time to stop before a restart
+    max_output_chars = 20000000         # one cell's output held in memory, at least 10000
 
     [local]
     n_ctx = 8192                        # context length for embedded models
@@ -69,6 +71,9 @@ DEFAULT_OUTPUT_CHARS = 8000
 DEFAULT_PROVIDER_TIMEOUT = 600.0
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
+DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
+DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
+MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 DEFAULT_LOCAL_N_CTX = 8192
 
 KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
@@ -145,6 +150,8 @@ class Limits:
 class KernelConfig:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     startup_timeout: float = DEFAULT_KERNEL_STARTUP_TIMEOUT
+    interrupt_grace: float = DEFAULT_KERNEL_INTERRUPT_GRACE
+    max_output_chars: int = DEFAULT_KERNEL_MAX_OUTPUT_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +231,12 @@ def load_config(
 
     providers = _providers(_table(data, "providers", path), environ, path)
     kernel_table = _table(data, "kernel", path)
-    _check_keys(kernel_table, {"env_allow", "startup_timeout"}, "kernel", path)
+    _check_keys(
+        kernel_table,
+        {"env_allow", "startup_timeout", "interrupt_grace", "max_output_chars"},
+        "kernel",
+        path,
+    )
     allow = kernel_table.get("env_allow", [])
     if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
         raise ConfigError(f"{path}: kernel.env_allow must be a list of variable names")
@@ -232,6 +244,23 @@ def load_config(
         kernel_table.get("startup_timeout", DEFAULT_KERNEL_STARTUP_TIMEOUT),
         key="kernel.startup_timeout",
     )
+    # No grace would be no limit: a cell that ignores its interrupt would never end.
+    grace = parse_duration(
+        kernel_table.get("interrupt_grace", DEFAULT_KERNEL_INTERRUPT_GRACE),
+        key="kernel.interrupt_grace",
+    )
+    if grace is None:
+        raise ConfigError(f"{path}: kernel.interrupt_grace must be longer than 0")
+    max_output = kernel_table.get("max_output_chars", DEFAULT_KERNEL_MAX_OUTPUT_CHARS)
+    if (
+        isinstance(max_output, bool)
+        or not isinstance(max_output, int)
+        or max_output < MIN_KERNEL_MAX_OUTPUT_CHARS
+    ):
+        raise ConfigError(
+            f"{path}: kernel.max_output_chars must be an integer of at least "
+            f"{MIN_KERNEL_MAX_OUTPUT_CHARS}"
+        )
     return Config(
         home=home,
         model=environ.get("RECURSA_MODEL") or _opt_str(data, "model", path),
@@ -242,6 +271,8 @@ def load_config(
         kernel=KernelConfig(
             env=kernel_environment(environ, extra_allow=allow, providers=providers.values()),
             startup_timeout=startup or DEFAULT_KERNEL_STARTUP_TIMEOUT,
+            interrupt_grace=grace,
+            max_output_chars=max_output,
         ),
         local=_local(_table(data, "local", path), home, path),
     )

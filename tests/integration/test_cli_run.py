@@ -26,7 +26,11 @@ def python(code: str) -> ToolCallSpec:
 
 
 def recursa(
-    args: Sequence[str], env: Mapping[str, str], cwd: Path, stdin: str | None = None, timeout: float = 120
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    stdin: str | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "recursa", *args],
@@ -47,7 +51,11 @@ def server() -> Iterator[FakeModelServer]:
 
 
 def openai_env(server: FakeModelServer, home: Path) -> dict[str, str]:
-    return {"RECURSA_HOME": str(home), "OPENAI_BASE_URL": server.openai_base_url, "OPENAI_API_KEY": "x"}
+    return {
+        "RECURSA_HOME": str(home),
+        "OPENAI_BASE_URL": server.openai_base_url,
+        "OPENAI_API_KEY": "x",
+    }
 
 
 def tool_results(server: FakeModelServer) -> list[str]:
@@ -55,13 +63,17 @@ def tool_results(server: FakeModelServer) -> list[str]:
     return [m["content"] for m in last["messages"] if m["role"] == "tool"]
 
 
-def test_a_multi_step_task_reuses_a_variable_across_cells(server: FakeModelServer, home: Path, tmp_path: Path) -> None:
+def test_a_multi_step_task_reuses_a_variable_across_cells(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
     server.push(
         Reply(text="First I'll store a value.", tool_calls=[python("x = 41")]),
         Reply(tool_calls=[python("print(x + 1)")]),
         Reply(text="The answer is 42."),
     )
-    result = recursa(["run", "--model", "openai/test-model", "Add one to 41"], openai_env(server, home), tmp_path)
+    result = recursa(
+        ["run", "--model", "openai/test-model", "Add one to 41"], openai_env(server, home), tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "The answer is 42."
     assert "print(x + 1)" in result.stderr  # the transcript shows the code ...
@@ -76,7 +88,9 @@ def test_json_lines_are_valid_and_carry_the_session_and_the_answer(
     server: FakeModelServer, home: Path, tmp_path: Path
 ) -> None:
     server.push(Reply(tool_calls=[python("y = 2 ** 10\nprint(y)")]), Reply(text="1024"))
-    result = recursa(["run", "--json", "--model", "openai/m", "2**10?"], openai_env(server, home), tmp_path)
+    result = recursa(
+        ["run", "--json", "--model", "openai/m", "2**10?"], openai_env(server, home), tmp_path
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     session_ids = {line["session_id"] for line in lines}
@@ -91,7 +105,9 @@ def test_json_lines_are_valid_and_carry_the_session_and_the_answer(
     assert finished["output"] == "1024\n"
 
 
-def test_canary_provider_keys_never_reach_the_kernel(server: FakeModelServer, home: Path, tmp_path: Path) -> None:
+def test_canary_provider_keys_never_reach_the_kernel(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
     probe = (
         "import os\n"
         "hits = [k for k, v in os.environ.items() if 'canary' in v.lower() or 'KEY' in k or 'TOKEN' in k]\n"
@@ -112,7 +128,11 @@ def test_canary_provider_keys_never_reach_the_kernel(server: FakeModelServer, ho
 
 def test_anthropic_endpoint(server: FakeModelServer, home: Path, tmp_path: Path) -> None:
     server.push(Reply(tool_calls=[python("print(sum(range(10)))")]), Reply(text="45"))
-    env = {"RECURSA_HOME": str(home), "ANTHROPIC_BASE_URL": server.anthropic_base_url, "ANTHROPIC_API_KEY": "k"}
+    env = {
+        "RECURSA_HOME": str(home),
+        "ANTHROPIC_BASE_URL": server.anthropic_base_url,
+        "ANTHROPIC_API_KEY": "k",
+    }
     result = recursa(["run", "--model", "anthropic/claude-haiku-4-5", "sum 0..9"], env, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "45"
@@ -141,7 +161,9 @@ def test_interactive_session_keeps_the_kernel_between_messages(
     assert result.stdout.splitlines() == ["it was 42"]
 
 
-def test_a_bad_key_is_one_line_and_exit_4(server: FakeModelServer, home: Path, tmp_path: Path) -> None:
+def test_a_bad_key_is_one_line_and_exit_4(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
     server.push(Fault("auth"))
     result = recursa(["run", "--model", "openai/m", "hi"], openai_env(server, home), tmp_path)
     assert result.returncode == 4
@@ -153,7 +175,11 @@ def test_a_bad_key_is_one_line_and_exit_4(server: FakeModelServer, home: Path, t
 
 def test_a_step_limit_is_not_an_answer(server: FakeModelServer, home: Path, tmp_path: Path) -> None:
     server.push(*[Reply(tool_calls=[python(f"print({i})")]) for i in range(5)])
-    result = recursa(["run", "--max-steps", "2", "--model", "openai/m", "loop"], openai_env(server, home), tmp_path)
+    result = recursa(
+        ["run", "--max-steps", "2", "--model", "openai/m", "loop"],
+        openai_env(server, home),
+        tmp_path,
+    )
     assert result.returncode == 8
     assert result.stdout == ""
     assert "reached the limit of 2 model calls" in result.stderr.strip().splitlines()[-1]
@@ -177,14 +203,18 @@ def test_a_bad_config_file_is_one_line_naming_the_key(home: Path, tmp_path: Path
 
 
 def test_a_missing_key_says_what_to_set(home: Path, tmp_path: Path) -> None:
-    result = recursa(["run", "--model", "openai/gpt-4o-mini", "hi"], {"RECURSA_HOME": str(home)}, tmp_path)
+    result = recursa(
+        ["run", "--model", "openai/gpt-4o-mini", "hi"], {"RECURSA_HOME": str(home)}, tmp_path
+    )
     assert result.returncode == 3
     assert "OPENAI_API_KEY" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_models_lists_providers_and_local_weights(home: Path, tmp_path: Path) -> None:
-    result = recursa(["models", "--json"], {"RECURSA_HOME": str(home), "OPENAI_API_KEY": "k"}, tmp_path)
+    result = recursa(
+        ["models", "--json"], {"RECURSA_HOME": str(home), "OPENAI_API_KEY": "k"}, tmp_path
+    )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     by_provider = {(r["provider"], r["model"].split(" ")[0]): r for r in rows}

@@ -173,7 +173,7 @@ async def test_output_past_the_cap_is_counted_not_kept(make_kernel: Callable[...
 
 async def test_set_output_is_silent(kernel: Kernel) -> None:
     first = await kernel.execute("a = 1", timeout=10)
-    full = "line ✓\n" * 300_000 + "lone \udcff"
+    full = "line ✓\n" * 300_000 + "lone \udcff \ud800"
     await kernel.set_output(first.execution_count or 0, full)
     out = await kernel.execute("len(_out[1]), _out[1][:6]", timeout=10)
     assert out.execution_count == (first.execution_count or 0) + 1  # no count used by set_output

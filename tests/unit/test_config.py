@@ -69,6 +69,11 @@ def test_custom_openai_compatible_provider(tmp_path: Path) -> None:
         ("[limits\n", "invalid TOML"),
         ('[kernel]\nenv_allow = "PATH"\n', "kernel.env_allow"),
         ('[limits]\ncell_timeout = "soon"\n', "limits.cell_timeout"),
+        ('[kernel]\ninterrupt_grace = "soon"\n', "kernel.interrupt_grace"),
+        ("[kernel]\ninterrupt_grace = 0\n", "kernel.interrupt_grace"),
+        ("[kernel]\nmax_output_chars = 9999\n", "kernel.max_output_chars"),
+        ("[kernel]\nmax_output_chars = 5e6\n", "kernel.max_output_chars"),
+        ('[kernel]\nmax_output_chars = "lots"\n', "kernel.max_output_chars"),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, names: str) -> None:
@@ -78,6 +83,16 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, names:
     message = str(info.value)
     assert names in message
     assert "\n" not in message
+
+
+def test_kernel_interrupt_grace_and_output_cap(tmp_path: Path) -> None:
+    kernel = load_config({"RECURSA_HOME": str(tmp_path)}).kernel
+    assert (kernel.interrupt_grace, kernel.max_output_chars) == (3.0, 20_000_000)
+    write(tmp_path, '[kernel]\ninterrupt_grace = "1.5m"\nmax_output_chars = 10_000\n')
+    kernel = load_config({"RECURSA_HOME": str(tmp_path)}).kernel
+    assert (kernel.interrupt_grace, kernel.max_output_chars) == (90.0, 10_000)
+    write(tmp_path, "[kernel]\ninterrupt_grace = 0.5\n")
+    assert load_config({"RECURSA_HOME": str(tmp_path)}).kernel.interrupt_grace == 0.5
 
 
 def test_durations() -> None:

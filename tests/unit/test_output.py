@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from recursa.errors import KernelError
 from recursa.kernel.collect import OutputCollector
+from recursa.kernel.lifecycle import execute_content
 from recursa.kernel.types import CellOutput, OutputPart, bound_text, clean_text, strip_ansi
-from recursa.kernel.wire import Codec, Message
+from recursa.kernel.wire import Message, make_session, parse_message
 
 # -- clean_text ---------------------------------------------------------------------
 
@@ -171,48 +175,53 @@ def test_collector_error_without_traceback_uses_name_and_value() -> None:
     assert c.parts() == (OutputPart("error", "KeyError: 'x'"),)
 
 
-# -- the wire codec ---------------------------------------------------------------------
+# -- messages on the wire -------------------------------------------------------------
+
+CONNECTION = {"key": "secret", "signature_scheme": "hmac-sha256"}
 
 
-def test_codec_signs_what_it_sends_and_rejects_forgeries() -> None:
-    codec = Codec(b"secret")
-    msg_id, frames = codec.request("execute_request", {"code": "1"})
-    assert codec.parse(frames) == Message("execute_request", None, {"code": "1"})
-    reply_frames = _reply(codec, msg_id)
-    parsed = codec.parse(reply_frames)
-    assert parsed == Message("execute_reply", msg_id, {"status": "ok"})
-    assert codec.parse(reply_frames, want="another") == Message("execute_reply", msg_id, {})
-    forged = [*reply_frames[:-1], b'{"status": "error"}']
-    assert codec.parse(forged) is None
-    assert Codec(b"other key").parse(reply_frames) is None
-    assert codec.parse([b"no delimiter"]) is None
-
-
-def test_codec_tolerates_invalid_utf8_from_the_kernel() -> None:
-    codec = Codec(b"")
-    frames = _reply(codec, "p", content=b'{"text": "a\xff\xfeb"}')
-    parsed = codec.parse(frames)
-    assert parsed is not None
-    assert parsed.content["text"] == "a\ufffd\ufffdb"
-
-
-def _reply(codec: Codec, parent_id: str, content: bytes = b'{"status": "ok"}') -> list[bytes]:
-    import json
-
-    header = json.dumps({"msg_id": "r1", "msg_type": "execute_reply"}).encode()
-    parent = json.dumps({"msg_id": parent_id}).encode()
-    parts = [header, parent, b"{}", content]
-    return [b"<IDS|MSG>", codec._sign(parts), *parts]
-
-
-def test_codec_message_ids_are_unique() -> None:
-    codec = Codec(b"k")
-    assert len({codec.request("kernel_info_request", {})[0] for _ in range(20)}) == 20
-
-
-def test_codec_carries_lone_surrogates_in_requests() -> None:
-    codec = Codec(b"k")
-    _, frames = codec.request("execute_request", {"code": "s = '\ud800 \udcff ✓'"})
-    assert codec.parse(frames) == Message(
-        "execute_request", None, {"code": "s = '\ud800 \udcff ✓'"}
+def test_messages_are_checked_against_the_connection_key() -> None:
+    ours = make_session(CONNECTION)
+    request = ours.msg("execute_request", {"code": "1"})
+    assert parse_message(ours, ours.serialize(request)) == Message(
+        "execute_request", None, {"code": "1"}
     )
+    kernel = make_session(CONNECTION)
+    reply = kernel.serialize(kernel.msg("execute_reply", {"status": "ok"}, parent=request))
+    msg_id = request["msg_id"]
+    assert parse_message(ours, reply) == Message("execute_reply", msg_id, {"status": "ok"})
+    assert parse_message(ours, reply, want=msg_id) == Message(
+        "execute_reply", msg_id, {"status": "ok"}
+    )
+    # Another request's message comes back without its content decoded.
+    assert parse_message(ours, reply, want="another") == Message("execute_reply", msg_id, {})
+    forged = [*reply[:-1], b'{"status": "error"}']
+    assert parse_message(ours, forged) is None
+    assert parse_message(make_session({"key": "other key"}), reply) is None
+    assert parse_message(ours, [b"no delimiter"]) is None
+    assert parse_message(ours, [b"<IDS|MSG>"]) is None
+
+
+def test_an_unusable_signature_scheme_is_a_kernel_error() -> None:
+    with pytest.raises(KernelError, match="signature_scheme"):
+        make_session({"key": "k", "signature_scheme": "sha256"})
+
+
+def test_invalid_utf8_from_the_kernel_is_tolerated() -> None:
+    kernel = make_session(CONNECTION)
+    parts = [
+        kernel.pack(kernel.msg_header("stream")),
+        kernel.pack({"msg_id": "p"}),
+        b"{}",
+        b'{"text": "a\xff\xfeb"}',
+    ]
+    parsed = parse_message(make_session(CONNECTION), [b"<IDS|MSG>", kernel.sign(parts), *parts])
+    assert parsed == Message("stream", "p", {"text": "a\ufffd\ufffdb"})
+
+
+def test_lone_surrogates_in_code_travel_as_escapes() -> None:
+    session = make_session(CONNECTION)
+    content = execute_content("s = '\ud800 \udcff ✓'", silent=False)
+    parsed = parse_message(session, session.serialize(session.msg("execute_request", content)))
+    assert parsed is not None
+    assert parsed.content["code"] == "s = '\\ud800 \\udcff ✓'"

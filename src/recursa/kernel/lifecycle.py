@@ -149,12 +149,12 @@ class KernelProcess:
                     channels.send("kernel_info_request", {})
                     next_probe = now + _PROBE_INTERVAL
                 while (frames := channels.recv_shell()) is not None:
-                    msg = channels.codec.parse(frames)
+                    msg = channels.parse(frames)
                     got_reply = got_reply or (
                         msg is not None and msg.msg_type == "kernel_info_reply"
                     )
                 while (frames := channels.recv_iopub()) is not None:
-                    got_iopub = got_iopub or channels.codec.parse(frames) is not None
+                    got_iopub = got_iopub or channels.parse(frames) is not None
                 if got_reply and got_iopub:
                     return
                 if not self.is_alive():
@@ -174,7 +174,8 @@ class KernelProcess:
 
         ``payload`` travels in the request beside the code, where the code
         reads it as :data:`PAYLOAD_EXPR`: far cheaper for large text than a
-        literal, which IPython would have to tokenize and compile. Any failure
+        literal, which IPython would have to tokenize and compile. A lone
+        surrogate in it arrives as ``?`` (UTF-8 cannot carry one). Any failure
         (an exception in the code, a dead or silent kernel) is ours and
         raises :class:`KernelError`.
         """
@@ -187,7 +188,7 @@ class KernelProcess:
         with channels.request():
             content = execute_content(code, silent=True)
             if payload is not None:
-                content[_PAYLOAD_KEY] = payload
+                content[_PAYLOAD_KEY] = _utf8(payload)
             msg_id = channels.send("execute_request", content)
             while True:
                 while channels.recv_iopub() is not None:
@@ -311,7 +312,7 @@ def find_reply(channels: Channels, msg_id: str) -> JSONDict | None:
     """Drain the shell socket; the content of the reply to ``msg_id`` if it came."""
     found: JSONDict | None = None
     while (frames := channels.recv_shell()) is not None:
-        msg = channels.codec.parse(frames, want=msg_id)
+        msg = channels.parse(frames, want=msg_id)
         if msg is not None and msg.parent_id == msg_id and msg.msg_type == "execute_reply":
             found = msg.content
     return found
@@ -344,6 +345,16 @@ def _encodable(code: str) -> str:
     except UnicodeEncodeError:
         return code.encode("utf-8", "backslashreplace").decode("utf-8")
     return code
+
+
+def _utf8(text: str) -> str:
+    """``text`` with lone surrogates replaced by ``?``, so that it encodes:
+    the session's JSON packer raises on most of them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 __all__ = [

@@ -301,7 +301,7 @@ class Kernel:
             try:
                 while True:
                     while (frames := channels.recv_iopub()) is not None:
-                        msg = channels.codec.parse(frames, want=msg_id)
+                        msg = channels.parse(frames, want=msg_id)
                         if msg is None or msg.parent_id != msg_id:
                             continue
                         if msg.msg_type == "status":

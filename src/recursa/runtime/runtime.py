@@ -63,6 +63,8 @@ class Runtime:
             size=warm_kernels,
             runtime_dir=config.home / "kernels",
             startup_timeout=config.kernel.startup_timeout,
+            interrupt_grace=config.kernel.interrupt_grace,
+            max_output_chars=config.kernel.max_output_chars,
         )
         return cls(config, store, kernels=kernels, **kwargs)  # type: ignore[arg-type]
 

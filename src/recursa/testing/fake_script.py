@@ -160,7 +160,15 @@ def item_from_json(raw: object) -> ScriptItem:
         if unknown:
             raise ValueError(f"unknown fault fields: {', '.join(sorted(unknown))}")
         return Fault(raw["fault"], float(raw.get("retry_after", 1.0)), raw.get("message"))
-    unknown = set(raw) - {"text", "tool_calls", "usage", "stop_reason", "chunk", "stall_after", "delay"}
+    unknown = set(raw) - {
+        "text",
+        "tool_calls",
+        "usage",
+        "stop_reason",
+        "chunk",
+        "stall_after",
+        "delay",
+    }
     if unknown:
         raise ValueError(f"unknown reply fields: {', '.join(sorted(unknown))}")
     calls = tuple(
