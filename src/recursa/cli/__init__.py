@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from recursa.errors import RecursaError
@@ -28,27 +27,17 @@ def _register() -> None:
     import recursa.cli.run  # noqa: F401
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit. Typer handles usage errors (exit 2) and ``typer.Exit``;
+    a :class:`RecursaError` becomes one line on stderr and its exit code."""
     _register()
     try:
-        result = app(args=argv, standalone_mode=False)
+        app(args=argv)
     except RecursaError as exc:
         print(f"recursa: {exc}", file=sys.stderr)
-        code = exc.exit_code
-    except click.exceptions.Abort:
-        print("recursa: aborted", file=sys.stderr)
-        code = 130
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        code = 130
-    except click.ClickException as exc:
-        exc.show()
-        code = exc.exit_code
-    else:
-        code = result if isinstance(result, int) else 0
-    if argv is None:
-        sys.exit(code)
-    return code
+        sys.exit(130)
 
 
 __all__ = ["app", "main"]

@@ -69,7 +69,7 @@ def run(
         Path | None, typer.Option(help="Working directory (default: the current one).")
     ] = None,
     name: Annotated[str | None, typer.Option(help="A name for the session.")] = None,
-) -> int:
+) -> None:
     """Run an agent on TASK in a persistent kernel and print its answer."""
     if task == "-":
         task = sys.stdin.read()
@@ -91,7 +91,8 @@ def run(
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
     config = replace(config, limits=limits)
-    return asyncio.run(_run(config, task, model, json_lines, interactive, cwd, name))
+    code = asyncio.run(_run(config, task, model, json_lines, interactive, cwd, name))
+    raise typer.Exit(code)
 
 
 async def _run(
