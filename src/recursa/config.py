@@ -41,6 +41,7 @@ The file, field by field::
     [local]
     n_ctx = 8192                        # context length for embedded models
     threads = 0                         # 0 = all cores
+    models_dir = "~/.cache/recursa/models"  # joined, verified weights (the default)
 
 Provider credentials (any ``api_key`` and the variables named by
 ``api_key_env``) never reach a kernel: :func:`kernel_environment` builds the
@@ -158,7 +159,7 @@ class KernelConfig:
 class LocalConfig:
     n_ctx: int = DEFAULT_LOCAL_N_CTX
     threads: int = 0
-    models_dir: Path = Path("~/.recursa/models")
+    models_dir: Path = Path("~/.cache/recursa/models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,11 @@ def parse_duration(value: object, *, key: str) -> float | None:
     if seconds < 0:
         raise ConfigError(f"{key}: a duration cannot be negative")
     return seconds or None
+
+
+def debug_enabled() -> bool:
+    """``RECURSA_DEBUG=1``: show tracebacks of internal errors."""
+    return os.environ.get("RECURSA_DEBUG", "") not in ("", "0")
 
 
 def color_enabled(stream: TextIO) -> bool:
@@ -274,7 +280,7 @@ def load_config(
             interrupt_grace=grace,
             max_output_chars=max_output,
         ),
-        local=_local(_table(data, "local", path), home, path),
+        local=_local(_table(data, "local", path), _cache_dir(environ), path),
     )
 
 
@@ -307,6 +313,13 @@ def kernel_environment(
     out.setdefault("JUPYTER_PLATFORM_DIRS", "1")
     out["PYTHONUNBUFFERED"] = "1"
     return out
+
+
+def _cache_dir(environ: Mapping[str, str]) -> Path:
+    """Where verified model weights live: shared by every RECURSA_HOME of the user,
+    since a file is used only after its sha256 matched (``$XDG_CACHE_HOME/recursa``)."""
+    base = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(base).expanduser() / "recursa"
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -381,13 +394,16 @@ def _providers(
         if key_env and environ.get(key_env):
             api_key = environ[key_env]
         retries = _number(raw, "max_retries", DEFAULT_MAX_RETRIES, path, where)
+        timeout = _number(raw, "timeout", DEFAULT_PROVIDER_TIMEOUT, path, where)
+        if timeout <= 0:
+            raise ConfigError(f"{path}: {where}timeout must be a positive number of seconds")
         out[name] = ProviderConfig(
             name=name,
             kind=kind,
             base_url=base_url,
             api_key=api_key,
             api_key_env=key_env,
-            timeout=_number(raw, "timeout", DEFAULT_PROVIDER_TIMEOUT, path, where),
+            timeout=timeout,
             max_retries=int(retries),
         )
     return out
@@ -450,7 +466,7 @@ def _limits(table: dict[str, Any], path: Path) -> Limits:
     )
 
 
-def _local(table: dict[str, Any], home: Path, path: Path) -> LocalConfig:
+def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:
     _check_keys(table, {"n_ctx", "threads", "models_dir"}, "local", path)
     n_ctx = _number(table, "n_ctx", DEFAULT_LOCAL_N_CTX, path, "local.")
     if n_ctx < 512:
@@ -459,7 +475,7 @@ def _local(table: dict[str, Any], home: Path, path: Path) -> LocalConfig:
     return LocalConfig(
         n_ctx=int(n_ctx),
         threads=int(_number(table, "threads", 0, path, "local.")),
-        models_dir=Path(models_dir).expanduser() if models_dir else home / "models",
+        models_dir=Path(models_dir).expanduser() if models_dir else cache / "models",
     )
 
 
@@ -472,6 +488,7 @@ __all__ = [
     "ProviderConfig",
     "ProviderKind",
     "color_enabled",
+    "debug_enabled",
     "kernel_environment",
     "load_config",
     "parse_duration",

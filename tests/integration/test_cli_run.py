@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -158,7 +159,7 @@ def test_interactive_session_keeps_the_kernel_between_messages(
     )
     assert result.returncode == 0, result.stderr
     assert tool_results(server)[-1] == "42\n"
-    assert result.stdout.splitlines() == ["it was 42"]
+    assert result.stdout.splitlines() == ["stored", "it was 42"]  # each turn's answer
 
 
 def test_a_bad_key_is_one_line_and_exit_4(
@@ -223,3 +224,73 @@ def test_models_lists_providers_and_local_weights(home: Path, tmp_path: Path) ->
     assert "ANTHROPIC_API_KEY" in by_provider[("anthropic", "*")]["detail"]
     assert ("local", "qwen2.5-coder-1.5b") in by_provider
     assert "k" not in json.dumps(by_provider[("openai", "*")]["detail"]).replace("key set", "")
+
+
+def test_undecodable_bytes_in_the_task_are_kept_not_fatal(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
+    server.push(Reply(text="seen"))
+    env = {**os.environ, **openai_env(server, home)}
+    result = subprocess.run(
+        [
+            sys.executable.encode(),
+            b"-m",
+            b"recursa",
+            b"run",
+            b"--json",
+            b"--model",
+            b"openai/m",
+            b"bad \xff arg",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
+    task = next(line for line in lines if line["type"] == "user_input")
+    assert task["text"] == "bad \udcff arg"  # the byte survives as its escape, losslessly
+
+
+def test_ctrl_c_at_the_interactive_prompt_exits(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
+    server.push(Reply(text="first answer"))
+    with subprocess.Popen(
+        [sys.executable, "-m", "recursa", "run", "--interactive", "--model", "openai/m", "hello"],
+        env={**os.environ, **openai_env(server, home)},
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,  # left open: the prompt waits for a line
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"first answer\n"  # the prompt comes right after
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+
+
+def test_a_known_model_name_on_another_server_is_not_priced(
+    server: FakeModelServer, home: Path, tmp_path: Path
+) -> None:
+    server.push(Reply(text="hi"))
+    result = recursa(
+        ["run", "--json", "--model", "openai/gpt-4o-mini", "hi"], openai_env(server, home), tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    usage = json.loads(result.stdout.splitlines()[-1])["usage"]
+    assert usage["cost"] is None
+    assert usage["unknown_cost_calls"] == 1
+
+
+def test_an_unusable_home_is_one_line(tmp_path: Path) -> None:
+    result = recursa(
+        ["run", "--model", "openai/m", "hi"],
+        {"RECURSA_HOME": "/proc/nope", "OPENAI_API_KEY": "k"},
+        tmp_path,
+    )
+    assert result.returncode == 6
+    assert result.stderr.strip().startswith("recursa: cannot create the store /proc/nope")
+    assert "Traceback" not in result.stderr

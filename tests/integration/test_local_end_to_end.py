@@ -37,7 +37,7 @@ def test_recursa_run_on_the_smallest_real_model(home: Path, tmp_path: Path) -> N
         timeout=300,
         check=False,
     )  # fmt: skip
-    assert result.returncode in (0, 8), result.stderr  # answered, or stopped at the step limit
+    assert result.returncode in (0, 8, 9), result.stderr  # answered, a limit, or stuck
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     replies = [line for line in lines if line["type"] == "assistant_reply"]
     usages = [line for line in lines if line["type"] == "model_usage"]
@@ -49,7 +49,7 @@ def test_recursa_run_on_the_smallest_real_model(home: Path, tmp_path: Path) -> N
     if len(usages) > 1:  # later calls reuse the cached prompt prefix
         assert usages[1]["cached_tokens"] > 0
     for cell in (line for line in lines if line["type"] == "cell_finished"):
-        assert cell["status"] in ("ok", "error")
+        assert cell["status"] in ("ok", "error", "rejected")  # rejected: a repeated cell
     final = lines[-1]
     assert final["type"] == "result"
-    assert final["reason"] in ("answered", "max_steps")
+    assert final["reason"] in ("answered", "max_steps", "stuck")

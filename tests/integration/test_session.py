@@ -175,3 +175,56 @@ async def test_agents_md_reaches_the_model(home: Path, tmp_path: Path) -> None:
         session = await runtime.create_session(model="faux/ctx", cwd=tmp_path)
         await session.ask("hi")
         assert "Always answer in French." in script.requests[0].system
+
+
+async def test_an_interrupted_cell_is_recorded_with_what_it_printed(
+    home: Path, tmp_path: Path
+) -> None:
+    src = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+    register_script("partial", [code(src), reply("never")])
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/partial", cwd=tmp_path)
+        printed = asyncio.Event()
+        session.listen(lambda r: printed.set() if r.event.type == "cell_output" else None)
+        session.send("run it")
+        await asyncio.wait_for(printed.wait(), 30)
+        await session.interrupt()
+        cells = [r.event for r in session.history() if isinstance(r.event, CellFinished)]
+        assert len(cells) == 1
+        assert cells[0].status == "interrupted"
+        assert "started" in cells[0].output
+        assert "may have partly run" in cells[0].output
+
+
+async def test_interrupt_leaves_follow_ups_queued_and_returns_at_once(
+    home: Path, tmp_path: Path
+) -> None:
+    register_script(
+        "queued", [code("import time; time.sleep(60)"), reply("first"), reply("follow-up answered")]
+    )
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/queued", cwd=tmp_path)
+        started = asyncio.Event()
+        session.listen(lambda r: started.set() if r.event.type == "cell_started" else None)
+        session.send("sleep")
+        await asyncio.wait_for(started.wait(), 30)
+        session.send("then this", mode="follow_up")
+        await asyncio.wait_for(session.interrupt(), 10)  # does not run the follow-up first
+        assert session.status == "idle"
+        ends = [r.event.reason for r in session.history() if isinstance(r.event, TurnEnded)]
+        assert ends == ["interrupted"]
+        end = await session.ask("go on")  # the queued follow-up runs with the next input
+        assert end is not None and end.answer == "first"
+        texts = [r.event.text for r in session.history() if r.event.type == "user_input"]
+        assert texts[-2:] == ["then this", "go on"]
+
+
+async def test_undecodable_text_is_stored_and_read_back(home: Path, tmp_path: Path) -> None:
+    bad = "caf\udce9 \ud800"  # what non-UTF-8 bytes become in Python
+    register_script("surrogates", [code(f"print({bad!r})"), reply(f"echo: {bad}")])
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/surrogates", cwd=tmp_path)
+        end = await session.ask(f"task with {bad}")
+        assert end is not None and end.answer == f"echo: {bad}"
+        inputs = [r.event.text for r in session.history() if r.event.type == "user_input"]
+        assert inputs == [f"task with {bad}"]

@@ -14,13 +14,14 @@ def write(home: Path, text: str) -> None:
 
 
 def test_defaults_without_a_file(tmp_path: Path) -> None:
-    config = load_config({"RECURSA_HOME": str(tmp_path)})
+    config = load_config({"RECURSA_HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert config.home == tmp_path
     assert config.model is None
     assert config.limits.max_steps == 50
     assert config.providers["openai"].kind == "openai"
     assert config.providers["openai"].api_key is None
-    assert config.local.models_dir == tmp_path / "models"
+    # Verified weights are shared by every RECURSA_HOME of the user.
+    assert config.local.models_dir == tmp_path / "cache" / "recursa" / "models"
 
 
 def test_file_then_environment_precedence(tmp_path: Path) -> None:

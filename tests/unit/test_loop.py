@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -285,3 +286,57 @@ async def test_a_repeated_cell_is_pointed_out_to_the_model() -> None:
     outputs = [f.output for f in h.of(CellFinished)]
     assert "same as your previous one" not in outputs[0]
     assert "same as your previous one" in outputs[1]
+
+
+async def test_a_reply_cut_off_at_the_output_limit_is_not_an_answer() -> None:
+    h = Harness()
+    end = await h.turn("cut", [reply("The answer is 4", stop_reason="max_tokens"), reply("42")])
+    assert (end.reason, end.answer) == ("answered", "42")
+    nudges = [e for e in h.of(UserInput) if e.source == "system"]
+    assert len(nudges) == 1
+    assert "cut off" in nudges[0].text
+
+
+async def test_a_cut_off_code_block_is_not_run() -> None:
+    h = Harness(fenced=True)
+    cut = FauxReply(text="```python\nprint('half", stop_reason="max_tokens")
+    end = await h.turn("cut-code", [cut, code("print(1)"), reply("1")])
+    assert end.answer == "1"
+    assert [c.code for c in h.of(CellStarted)] == ["print(1)"]
+
+
+async def test_replies_cut_off_again_and_again_end_the_turn_as_stuck() -> None:
+    h = Harness()
+    end = await h.turn("cut-forever", [reply("long", stop_reason="max_tokens")] * 5)
+    assert end.reason == "stuck"
+    assert "cut off" in end.detail
+
+
+async def test_the_third_identical_cell_is_refused_and_the_fifth_ends_the_turn() -> None:
+    h = Harness()
+    end = await h.turn("same", [code("print(1)")] * 6)
+    assert end.reason == "stuck"
+    statuses = [f.status for f in h.of(CellFinished)]
+    assert statuses == ["ok", "ok", "rejected", "rejected"]
+    assert "identical to your previous 2 cells" in h.of(CellFinished)[2].output
+    assert len(h.of(CellStarted)) == 2  # refused cells never reach the kernel
+
+
+async def test_a_steer_that_arrives_during_the_final_call_is_answered() -> None:
+    h = Harness()
+
+    def answer_while_steered(request: Request) -> FauxReply:
+        h.steer_queue.append(UserInput(text="and double it", mode="steer"))
+        return reply("21")
+
+    end = await h.turn("late-steer", [answer_while_steered, reply("42")])
+    assert (end.reason, end.answer) == ("answered", "42")
+    assert "and double it" in str(h.script.requests[-1].messages[-1])
+
+
+async def test_fenced_calls_have_unique_ids_and_json_arguments() -> None:
+    h = Harness(fenced=True)
+    await h.turn("ids", [code("a = 1"), code("b = 2"), reply("done")])
+    calls = [c for r in h.of(AssistantReply) for c in r.tool_calls]
+    assert len({c.id for c in calls}) == 2
+    assert [json.loads(c.arguments) for c in calls] == [{"code": "a = 1"}, {"code": "b = 2"}]

@@ -6,10 +6,14 @@ exit code; a traceback is only ever shown for a bug, with a note saying so.
 
 from __future__ import annotations
 
+import ctypes
+import io
 import sys
+import traceback
 
 import typer
 
+from recursa.config import debug_enabled
 from recursa.errors import RecursaError
 
 app = typer.Typer(
@@ -29,7 +33,14 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit. Typer handles usage errors (exit 2) and ``typer.Exit``;
-    a :class:`RecursaError` becomes one line on stderr and its exit code."""
+    a :class:`RecursaError` becomes one line on stderr and its exit code; any other
+    exception is a bug: one line (the traceback with ``RECURSA_DEBUG=1``), exit 1."""
+    _harden_process()
+    for stream in (sys.stdout, sys.stderr):
+        # Text from models and cells may carry lone surrogates (undecodable bytes);
+        # print them as escapes rather than fail.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     _register()
     try:
         app(args=argv)
@@ -38,6 +49,33 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        if debug_enabled():
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"recursa: internal error: {type(exc).__name__}: {first} "
+            "(a bug; RECURSA_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+def _harden_process() -> None:
+    """Make this process non-dumpable (Linux): other processes of the same user,
+    such as the model's kernels, can then no longer read its memory or its
+    ``/proc/PID/environ``, where provider keys from the shell may sit. (Root
+    and CAP_SYS_PTRACE holders still can.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_DUMPABLE = 4
 
 
 __all__ = ["app", "main"]

@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
-from recursa.config import Config, load_config
+from recursa.config import Config, Price, load_config
 from recursa.errors import ModelUnavailable
-from recursa.models import local
+from recursa.models import catalog, local
 from recursa.models.registry import registered_names
 
 models_app = typer.Typer(
@@ -48,19 +48,17 @@ def rows(config: Config) -> list[Row]:
             continue
         where = table.base_url or "the official endpoint"
         if table.api_key:
-            out.append(Row(name, "*", True, f"{table.kind} API at {where}; key set"))
+            ok, detail = True, f"{table.kind} API at {where}; key set"
         elif table.base_url:
-            out.append(
-                Row(
-                    name,
-                    "*",
-                    True,
-                    f"{table.kind} API at {where}; no key (a local server needs none)",
-                )
-            )
+            ok, detail = True, f"{table.kind} API at {where}; no key (a local server needs none)"
         else:
             var = table.api_key_env or f"providers.{name}.api_key"
-            out.append(Row(name, "*", False, f"{table.kind} API: set {var}"))
+            ok, detail = False, f"{table.kind} API: set {var}"
+        out.append(Row(name, "*", ok, detail))
+        if table.base_url is None:  # published facts hold for the official endpoint only
+            for model, facts in catalog.KNOWN_MODELS.get(name, {}).items():
+                price = catalog.price_for(f"{name}/{model}", config.prices)
+                out.append(Row(name, model, ok, _facts_text(facts.context_window, price)))
     runtime_ok = importlib.util.find_spec("llama_cpp") is not None
     for entry in local.CATALOG:
         label = f"{entry.name} ({', '.join(entry.aliases)})"
@@ -88,6 +86,13 @@ def rows(config: Config) -> list[Row]:
         Row("faux", "NAME", True, "scripted replies for tests (recursa.testing.register_script)")
     )
     return out
+
+
+def _facts_text(window: int, price: Price | None) -> str:
+    priced = (
+        f"${price.input:g} in / ${price.output:g} out per M tokens" if price else "price unknown"
+    )
+    return f"{window:,}-token window · {priced}"
 
 
 @models_app.callback()

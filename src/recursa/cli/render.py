@@ -7,7 +7,7 @@ stays visible. ``--json`` writes one object per line to stdout instead.
 
 from __future__ import annotations
 
-import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -25,11 +25,30 @@ from recursa.protocol.events import (
     TextDelta,
     TurnEnded,
     UserInput,
-    record_to_dict,
+    json_text,
 )
 from recursa.store import UsageTotals
 
 _RESET = "\x1b[0m"
+
+SHOWN_CELL_CHARS = 4000
+"""Characters of one cell's output shown while it runs; the rest is counted.
+(The model's view is bounded separately; the full text is in the store.)"""
+
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI sequences (colors, cursor moves)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC sequences (titles, clipboard writes)
+    r"|\x1b[@-_]?"  # other escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0 and C1 controls (\t and \n stay)
+)
+
+
+def printable(text: str) -> str:
+    """Text safe for a terminal: no escape or control sequences from the model or
+    its cells (an OSC sequence could set the clipboard); tabs and newlines stay."""
+    return _CONTROL.sub("", text)
+
+
 _STYLES = {
     "dim": "\x1b[2m",
     "code": "\x1b[36m",
@@ -74,7 +93,9 @@ class TranscriptPrinter:
 
     out: TextIO = field(default_factory=lambda: sys.stderr)
     color: bool = False
+    echo_user: bool = True
     _at_line_start: bool = True
+    _cell_shown: int = 0
     _streamed_reply: bool = False
     _streamed_cell: bool = False
     _code_already_shown: bool = False
@@ -86,6 +107,10 @@ class TranscriptPrinter:
         if text:
             self.out.write(text)
             self._at_line_start = text.endswith("\n")
+
+    def _text(self, text: str) -> None:
+        """Write text that came from the model or a cell."""
+        self._write(printable(text))
 
     def _line(self, text: str = "") -> None:
         """Print ``text`` on a line of its own, ending any streamed line first."""
@@ -99,14 +124,15 @@ class TranscriptPrinter:
             case SessionCreated(model=model):
                 self._line(self._style("dim", f"── session {record.session_id} · {model}"))
             case UserInput(text=text, source=source):
-                label = "you" if source == "user" else source
-                self._line(self._style("bold", f"{label} ▸ ") + text)
+                if source != "user" or self.echo_user:
+                    label = "you" if source == "user" else source
+                    self._line(self._style("bold", f"{label} ▸ ") + printable(text))
             case TextDelta(text=text):
                 self._streamed_reply = True
-                self._write(text)
+                self._text(text)
             case AssistantReply(text=text, fenced=fenced):
                 if not self._streamed_reply and text:
-                    self._write(text)
+                    self._text(text)
                 # A fenced reply's code is in its text, already on screen.
                 self._code_already_shown = fenced and bool(text)
                 self._streamed_reply = False
@@ -123,30 +149,44 @@ class TranscriptPrinter:
             case CellStarted(cell=cell, code=code):
                 self._line(self._style("dim", f"┌─ cell {cell}"))
                 if not self._code_already_shown:
-                    for line in code.rstrip().splitlines():
+                    for line in printable(code).rstrip().splitlines():
                         self._line(self._style("dim", "│ ") + self._style("code", line))
                 self._streamed_cell = False
+                self._cell_shown = 0
             case CellOutput(text=text, stream=stream):
                 self._streamed_cell = True
-                self._write(self._style("error", text) if stream in ("stderr", "error") else text)
+                room = SHOWN_CELL_CHARS - self._cell_shown
+                self._cell_shown += len(text)
+                if room > 0:
+                    piece = printable(text[:room])
+                    self._write(
+                        self._style("error", piece) if stream in ("stderr", "error") else piece
+                    )
             case CellFinished(
                 cell=cell, status=status, output=output, chars=chars, duration=duration
             ):
                 if status == "rejected":
-                    self._line(self._style("error", f"✗ tool call rejected: {output}"))
+                    self._line(self._style("error", f"✗ tool call rejected: {printable(output)}"))
                     return
                 if not self._streamed_cell and output.strip():
-                    self._line(output.rstrip())
+                    self._line(printable(output).rstrip())
+                elif self._cell_shown > SHOWN_CELL_CHARS:
+                    hidden = self._cell_shown - SHOWN_CELL_CHARS
+                    self._line(
+                        self._style("dim", f"[... {hidden:,} more characters not shown here]")
+                    )
                 mark = self._style("ok", "ok") if status == "ok" else self._style("error", status)
                 facts = self._style("dim", f" · {chars:,} chars · {duration:.2f} s")
                 self._line(self._style("dim", f"└─ cell {cell} ") + mark + facts)
             case KernelStatus(state=state, detail=detail):
-                self._line(self._style("dim", f"   kernel {state}: {detail}"))
+                self._line(self._style("dim", f"   kernel {state}: {printable(detail)}"))
             case Notice(text=text, level=level):
-                self._line(self._style("error" if level != "info" else "dim", f"   {text}"))
+                self._line(
+                    self._style("error" if level != "info" else "dim", f"   {printable(text)}")
+                )
             case TurnEnded(reason=reason, detail=detail):
                 if reason != "answered":
-                    self._line(self._style("error", f"stopped ({reason}): {detail}"))
+                    self._line(self._style("error", f"stopped ({reason}): {printable(detail)}"))
             case _:
                 pass
 
@@ -154,9 +194,17 @@ class TranscriptPrinter:
         self._line(self._style("dim", f"── {usage_line(totals)} · {elapsed:.1f} s"))
 
 
-def json_line(record: EventRecord, out: TextIO) -> None:
-    out.write(json.dumps(record_to_dict(record), ensure_ascii=False) + "\n")
+def json_line(value: dict[str, object], out: TextIO) -> None:
+    out.write(json_text(value) + "\n")
     out.flush()
 
 
-__all__ = ["LIMIT_REASONS", "TranscriptPrinter", "json_line", "usage_dict", "usage_line"]
+__all__ = [
+    "LIMIT_REASONS",
+    "SHOWN_CELL_CHARS",
+    "TranscriptPrinter",
+    "json_line",
+    "printable",
+    "usage_dict",
+    "usage_line",
+]

@@ -1,7 +1,8 @@
 """``recursa run``: one session in the current directory, start to answer.
 
 Exit codes: 0 answered; 4 the provider failed; 8 a limit was reached;
-9 the model kept replying with nothing; 130 interrupted; 1 anything else.
+9 the model made no progress (empty or cut-off replies, one cell repeated);
+130 interrupted; 1 anything else.
 (Configuration and usage errors exit 2, see :mod:`recursa.errors`.)
 """
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
+import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -23,7 +25,7 @@ from recursa.cli import app
 from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line, usage_dict
 from recursa.config import Config, color_enabled, load_config, parse_duration
 from recursa.errors import UsageError
-from recursa.protocol.events import EventRecord, StatusChanged, TurnEnded
+from recursa.protocol.events import EventRecord, StatusChanged, TurnEnded, record_to_dict
 from recursa.runtime import Runtime
 from recursa.session import Session
 from recursa.store import UsageTotals
@@ -35,6 +37,7 @@ EXIT_BY_REASON = {
     "max_tokens": 8,
     "max_time": 8,
     "empty_reply": 9,
+    "stuck": 9,
     "interrupted": 130,
     "internal_error": 1,
 }
@@ -116,13 +119,12 @@ async def _run(
         end: TurnEnded | None = None
         try:
             if task and task.strip():
-                end = await _turn(session, task)
-            while interactive:
-                line = await _prompt()
-                if line is None:
-                    break
-                if line.strip():
-                    end = await _turn(session, line)
+                end = await _turn(session, task, json_lines)
+            if interactive:
+                printer.echo_user = False  # what is typed at the prompt is on screen already
+                async for line in _stdin_lines():
+                    if line.strip():
+                        end = await _turn(session, line, json_lines)
         except asyncio.CancelledError:
             if not interrupts.hard:
                 raise
@@ -136,15 +138,20 @@ async def _run(
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
 
 
-async def _turn(session: Session, text: str) -> TurnEnded | None:
+async def _turn(session: Session, text: str, json_lines: bool) -> TurnEnded | None:
+    """One turn; its answer goes to stdout as soon as it is known."""
     session.send(text, mode="follow_up")
-    return await session.wait_idle()
+    end = await session.wait_idle()
+    if not json_lines and end is not None and end.reason == "answered" and end.answer is not None:
+        sys.stdout.write(end.answer.rstrip() + "\n")
+        sys.stdout.flush()
+    return end
 
 
 def _show(record: EventRecord, printer: TranscriptPrinter, json_lines: bool) -> None:
     if json_lines:
         if record.seq:
-            json_line(record, sys.stdout)
+            json_line(record_to_dict(record), sys.stdout)
     elif not isinstance(record.event, StatusChanged):
         printer.handle(record)
         sys.stderr.flush()
@@ -159,7 +166,7 @@ def _finish(
     elapsed: float,
 ) -> None:
     if json_lines:
-        result = {
+        result: dict[str, object] = {
             "type": "result",
             "session_id": session.id,
             "reason": end.reason if end else None,
@@ -168,29 +175,48 @@ def _finish(
             "usage": usage_dict(totals),
             "elapsed": round(elapsed, 3),
         }
-        sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+        json_line(result, sys.stdout)
         return
     printer.summary(totals, elapsed)
-    if end is None:
+    if end is None or end.reason == "answered":
         return
-    if end.reason == "answered" and end.answer is not None:
-        sys.stdout.write(end.answer.rstrip() + "\n")
-    elif end.reason in LIMIT_REASONS:
+    if end.reason in LIMIT_REASONS:
         print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
-    elif end.reason != "answered":
+    else:
         print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
 
 
-async def _prompt() -> str | None:
-    sys.stderr.write("you ▸ ")
-    sys.stderr.flush()
-    line = await asyncio.to_thread(sys.stdin.readline)
-    return line if line else None
+async def _stdin_lines() -> AsyncIterator[str]:
+    """Lines typed at a ``you ▸`` prompt, until end of input.
+
+    A daemon thread does the blocking reads, so Ctrl-C at the prompt can end
+    the program at once (a thread from the default executor would be joined
+    at exit and keep it waiting for a line).
+    """
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            line = sys.stdin.readline()
+            loop.call_soon_threadsafe(lines.put_nowait, line or None)
+            if not line:
+                return
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    while True:
+        sys.stderr.write("you ▸ ")
+        sys.stderr.flush()
+        line = await lines.get()
+        if line is None:
+            return
+        yield line
 
 
 class _Interrupts:
-    """Ctrl-C interrupts the running turn (the session stays); a second Ctrl-C
-    before that turn has stopped quits, shutting the kernel down cleanly."""
+    """Ctrl-C interrupts the running turn (the session stays); Ctrl-C while no
+    turn runs, or a second one before the turn has stopped, quits, shutting the
+    kernel down cleanly."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -207,9 +233,8 @@ class _Interrupts:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
     def _on_sigint(self) -> None:
-        if (
-            self._pending is not None and not self._pending.done()
-        ) or self.session.status != "running":
+        interrupting = self._pending is not None and not self._pending.done()
+        if interrupting or self.session.status != "running":
             self.hard = True
             if self._main is not None:
                 self._main.cancel()

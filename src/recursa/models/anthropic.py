@@ -106,7 +106,9 @@ class AnthropicProvider:
         key = table.api_key
         if not key:
             if table.base_url is None:
-                variable = table.api_key_env or "ANTHROPIC_API_KEY"
+                variable = (
+                    table.api_key_env or f"providers.{table.name}.api_key_env in the configuration"
+                )
                 raise ModelUnavailable(f"provider {table.name!r} needs an API key: set {variable}")
             key = PLACEHOLDER_API_KEY
         self.name = table.name

@@ -127,14 +127,21 @@ def facts(ref: str) -> ModelFacts | None:
     return None if name is None else known[name]
 
 
-def price_for(ref: str, overrides: Mapping[str, Price]) -> Price | None:
+def price_for(ref: str, overrides: Mapping[str, Price], *, builtin: bool = True) -> Price | None:
     """The price of ``ref``: a configured override, the built-in price, zero for
-    ``local/*`` and ``faux/*``, or None when nothing is known."""
+    ``local/*`` and ``faux/*``, or None when nothing is known.
+
+    ``builtin=False`` (a provider pointed at its own base URL, e.g. a local
+    server answering as ``openai/gpt-4o``) leaves out the built-in prices: the
+    published price of a name says nothing about another server's bill.
+    """
     override = _lookup(ref, overrides)
     if isinstance(override, Price):
         return override
     if _split(ref)[0] in FREE_PROVIDERS:
         return _ZERO
+    if not builtin:
+        return None
     found = facts(ref)
     return None if found is None else found.price
 
@@ -153,16 +160,19 @@ def _is_anthropic(ref: str) -> bool:
     return provider == "anthropic" or model.startswith("claude-")
 
 
-def cost(ref: str, usage: Usage, overrides: Mapping[str, Price]) -> float | None:
-    """USD for one call's ``usage``; None when the model's price is unknown.
+def cost(
+    ref: str, usage: Usage, overrides: Mapping[str, Price], *, builtin: bool = True
+) -> float | None:
+    """USD for one call's ``usage``; None when the model's price is unknown, or
+    when the usage is only an estimate (the server did not report it).
 
     ``usage.input_tokens`` counts every prompt token. Cached tokens are billed
     at ``cached_input`` (or ``input`` when that is unknown), cache writes at the
     price's ``cache_write`` when it has one, else 1.25x input for Anthropic
     models and the input price otherwise; the rest of the input at ``input``.
     """
-    price = price_for(ref, overrides)
-    if price is None:
+    price = price_for(ref, overrides, builtin=builtin)
+    if price is None or (usage.estimated and price != _ZERO):
         return None
     cached = max(0, usage.cached_tokens)
     written = max(0, usage.cache_write_tokens)

@@ -34,6 +34,7 @@ from recursa.models.types import (
     Failed,
     ModelInfo,
     Request,
+    StopReason,
     StreamEvent,
     TextDelta,
     ToolCall,
@@ -54,6 +55,8 @@ class FauxReply:
     code: tuple[str, ...] = ()
     raw_tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
+    stop_reason: StopReason | None = None
+    """Defaults to ``tool_calls`` or ``end``; ``max_tokens`` simulates a cut-off reply."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +72,10 @@ class FauxFault:
 FauxStep = FauxReply | FauxFault | Callable[[Request], "FauxReply | FauxFault"]
 
 
-def reply(text: str, *, usage: Usage | None = None) -> FauxReply:
-    return FauxReply(text=text, usage=usage)
+def reply(
+    text: str, *, usage: Usage | None = None, stop_reason: StopReason | None = None
+) -> FauxReply:
+    return FauxReply(text=text, usage=usage, stop_reason=stop_reason)
 
 
 def code(*sources: str, text: str = "", usage: Usage | None = None) -> FauxReply:
@@ -201,7 +206,8 @@ class FauxProvider:
             output_tokens=_estimate_tokens(text + "".join(c.arguments for c in calls)),
         )
         message = AssistantMessage(text=text, tool_calls=calls)
-        yield Done(message=message, usage=usage, stop_reason="tool_calls" if calls else "end")
+        stop = step.stop_reason or ("tool_calls" if calls else "end")
+        yield Done(message=message, usage=usage, stop_reason=stop)
 
     async def aclose(self) -> None:
         return None

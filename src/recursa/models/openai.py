@@ -23,7 +23,8 @@ The SDK's own retries are off (``max_retries=0``): retries belong to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -108,7 +109,9 @@ class OpenAIProvider:
         key = table.api_key
         if not key:
             if official:
-                variable = table.api_key_env or "OPENAI_API_KEY"
+                variable = (
+                    table.api_key_env or f"providers.{table.name}.api_key_env in the configuration"
+                )
                 raise ModelUnavailable(
                     f"provider {table.name!r} needs an API key: set {variable} "
                     "(or a base_url for a local server)"
@@ -171,7 +174,7 @@ class OpenAIProvider:
             return
         assembly = MessageAssembly()
         finish: str | None = None
-        usage = Usage()
+        usage: Usage | None = None
         try:
             async for chunk in response:
                 usage = _usage(chunk) or usage
@@ -211,7 +214,7 @@ class OpenAIProvider:
         stop = _STOP_REASONS.get(finish, "other")
         if stop == "end" and message.tool_calls:
             stop = "tool_calls"  # some compatible servers report "stop" for tool calls
-        yield Done(message, usage, stop)
+        yield Done(message, usage or _estimate(body, message), stop)
 
     def _failure(self, exc: openai.OpenAIError, *, started: bool) -> Failed:
         """Translate an SDK exception; ``started`` means the response had begun."""
@@ -286,6 +289,14 @@ def translate_tools(tools: Iterable[ToolSpec]) -> list[ChatCompletionFunctionToo
         }
         for tool in tools
     ]
+
+
+def _estimate(body: Mapping[str, object], message: AssistantMessage) -> Usage:
+    """Usage a server did not report, estimated at four characters a token:
+    enough for token limits to work; the cost stays unknown."""
+    sent = len(json.dumps(body, ensure_ascii=False))
+    received = len(message.text) + sum(len(c.arguments) + len(c.name) for c in message.tool_calls)
+    return Usage(input_tokens=sent // 4 + 1, output_tokens=received // 4 + 1, estimated=True)
 
 
 def _usage(chunk: ChatCompletionChunk) -> Usage | None:

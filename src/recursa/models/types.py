@@ -94,12 +94,15 @@ class Request:
 class Usage:
     """Tokens of one call. ``input_tokens`` counts every prompt token, cached or not;
     ``cached_tokens`` is the part read from a prompt cache; ``cache_write_tokens``
-    the part written to one (Anthropic bills it separately)."""
+    the part written to one (Anthropic bills it separately). ``estimated``: the
+    server reported no usage, so the counts are estimated from the text (about
+    four characters a token) and the cost is unknown."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -107,6 +110,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cached_tokens + other.cached_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
+            self.estimated or other.estimated,
         )
 
     @property

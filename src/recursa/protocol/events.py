@@ -44,6 +44,7 @@ TurnEndReason = Literal[
     "max_time",
     "provider_error",
     "empty_reply",
+    "stuck",
     "interrupted",
     "internal_error",
 ]
@@ -94,13 +95,15 @@ class AssistantReply:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelUsage:
-    """Usage of one model call. ``cost`` is USD, None when the price is unknown."""
+    """Usage of one model call. ``cost`` is USD, None when the price is unknown.
+    ``estimated``: the provider reported no usage; the counts are estimates."""
 
     model: str
     input_tokens: int
     output_tokens: int
     cached_tokens: int = 0
     cache_write_tokens: int = 0
+    estimated: bool = False
     cost: float | None = None
     latency: float = 0.0
     step: int = 0
@@ -252,8 +255,21 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     return event
 
 
+def json_text(value: object) -> str:
+    """Compact JSON that is always valid UTF-8.
+
+    Non-ASCII text stays readable, but a lone surrogate (what a non-UTF-8
+    byte becomes in Python) is written as its ``\\uXXXX`` escape: it can only
+    occur inside a JSON string, where that escape is valid and decodes back
+    to the same character. So nothing is lost and nothing downstream (SQLite,
+    a terminal, a pipe) fails to encode the text.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def event_to_json(event: Event) -> str:
-    return json.dumps(event_to_dict(event), ensure_ascii=False, separators=(",", ":"))
+    return json_text(event_to_dict(event))
 
 
 def event_from_json(text: str) -> Event:
@@ -300,5 +316,6 @@ __all__ = [
     "event_to_dict",
     "event_to_json",
     "is_transient",
+    "json_text",
     "record_to_dict",
 ]

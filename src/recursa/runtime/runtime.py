@@ -15,6 +15,7 @@ Typical SDK use::
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config, Limits
-from recursa.errors import ModelUnavailable, NotFound
+from recursa.errors import ModelUnavailable, NotFound, StoreError
 from recursa.kernel import KernelPool
 from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
@@ -32,6 +33,8 @@ from recursa.session import Session, SessionDeps
 from recursa.store import DB_FILE_NAME, Store
 
 EMBEDDED_DEFAULT = "local/qwen2.5-coder-1.5b"
+
+log = logging.getLogger("recursa.runtime")
 
 
 class Runtime:
@@ -55,7 +58,14 @@ class Runtime:
         self._closed = False
 
     @classmethod
-    async def open(cls, config: Config, *, warm_kernels: int = 1, **kwargs: object) -> Runtime:
+    async def open(
+        cls,
+        config: Config,
+        *,
+        warm_kernels: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+        retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> Runtime:
         """Open the store under ``config.home`` and start keeping ``warm_kernels`` ready."""
         store = Store.open(config.home / DB_FILE_NAME)
         kernels = KernelPool(
@@ -66,7 +76,9 @@ class Runtime:
             interrupt_grace=config.kernel.interrupt_grace,
             max_output_chars=config.kernel.max_output_chars,
         )
-        return cls(config, store, kernels=kernels, **kwargs)  # type: ignore[arg-type]
+        if warm_kernels:
+            await kernels.start()
+        return cls(config, store, kernels=kernels, clock=clock, retry_sleep=retry_sleep)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -113,15 +125,23 @@ class Runtime:
         cwd = (cwd or Path.cwd()).resolve()
         row = self.store.create_session(model=ref, cwd=str(cwd), workspace="", name=name)
         workspace = self.config.home / "sessions" / row.id
-        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the session directory {workspace}: {exc.strerror}"
+            ) from exc
         self.store.update_session(row.id, workspace=str(workspace))
         table = self.config.providers.get(parse_ref(ref).provider)
+        # Published prices hold for the official endpoints only; another server
+        # answering to the same model name is priced by [prices] or unknown.
+        builtin_prices = table is None or table.base_url is None
 
         def call_model(request: Request) -> AsyncIterator[StreamEvent]:
             return provider.stream(request)
 
         def cost(usage: Usage) -> float | None:
-            return catalog.cost(ref, usage, self.config.prices)
+            return catalog.cost(ref, usage, self.config.prices, builtin=builtin_prices)
 
         deps = SessionDeps(
             store=self.store,
@@ -151,15 +171,23 @@ class Runtime:
         return list(self._sessions.values())
 
     async def aclose(self) -> None:
-        """Stop every session, shut every kernel down, close providers and the store."""
+        """Stop every session, shut every kernel down, close providers and the store.
+        Each step runs even when an earlier one failed; failures are logged."""
         if self._closed:
             return
         self._closed = True
         sessions, self._sessions = list(self._sessions.values()), {}
-        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
-        await self.kernels.aclose()
-        await self.providers.aclose()
-        self.store.close()
+        results = await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        for session, result in zip(sessions, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("closing session %s failed: %s", session.id, result)
+        try:
+            await self.kernels.aclose()
+        finally:
+            try:
+                await self.providers.aclose()
+            finally:
+                self.store.close()
 
 
 __all__ = ["EMBEDDED_DEFAULT", "Runtime"]

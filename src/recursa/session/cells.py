@@ -35,8 +35,6 @@ PYTHON_TOOL = ToolSpec(
     },
 )
 
-FINAL_MARKER = "FINAL ANSWER:"
-
 _FENCE = re.compile(
     r"```[ \t]*(python3?|py|ipython|bash|sh|shell)?[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)",
     re.DOTALL | re.IGNORECASE,
@@ -94,6 +92,8 @@ class FencedReply:
     ignored_blocks: int
     answer: str | None
     kept: str
+    complete: bool = True
+    """False when the code block was never closed (the reply was cut off)."""
 
 
 def parse_fenced(text: str) -> FencedReply:
@@ -111,9 +111,12 @@ def parse_fenced(text: str) -> FencedReply:
         if (first.group(1) or "").lower() in ("bash", "sh", "shell") and not body.startswith("%%"):
             body = "%%bash\n" + body
         kept = text[: first.end()].rstrip()
-        if not kept.endswith("```"):
+        complete = kept.endswith("```")
+        if not complete:
             kept += "\n```"
-        return FencedReply(code=body, ignored_blocks=len(matches) - 1, answer=None, kept=kept)
+        return FencedReply(
+            code=body, ignored_blocks=len(matches) - 1, answer=None, kept=kept, complete=complete
+        )
     return FencedReply(code=None, ignored_blocks=0, answer=final_answer(text), kept=text)
 
 
@@ -136,7 +139,6 @@ def _unquote(text: str) -> str:
 
 
 __all__ = [
-    "FINAL_MARKER",
     "PYTHON_TOOL",
     "TOOL_NAME",
     "CellRequest",

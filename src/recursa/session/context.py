@@ -56,7 +56,7 @@ def find_context_files(cwd: Path) -> list[ContextFile]:
             path = directory / name
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+            except OSError:  # missing, a directory, unreadable, a symlink loop ...
                 continue
             if len(text) > MAX_CONTEXT_FILE_CHARS:
                 text = (
@@ -75,6 +75,16 @@ def system_prompt(base: str, files: Iterable[ContextFile], supplements: Iterable
             parts.append(f"# Instructions from {file.path}\n\n{file.text}")
     parts.extend(s for s in supplements if s)
     return "\n\n".join(parts)
+
+
+def sendable(text: str) -> str:
+    """Text a provider can encode: a lone surrogate (an undecodable byte, kept
+    exactly in the store) becomes U+FFFD for the model."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
 
 
 def render_cell_result(event: CellFinished) -> str:
@@ -116,16 +126,16 @@ class Conversation:
         match event:
             case UserInput():
                 self._close_unanswered()
-                self.messages.append(UserMessage(render_input(event)))
+                self.messages.append(UserMessage(sendable(render_input(event))))
             case AssistantReply(text=text, tool_calls=calls, fenced=fenced):
                 self._close_unanswered()
                 if fenced:
-                    self.messages.append(AssistantMessage(parse_fenced(text).kept))
+                    self.messages.append(AssistantMessage(sendable(parse_fenced(text).kept)))
                 else:
-                    self.messages.append(AssistantMessage(text, calls))
+                    self.messages.append(AssistantMessage(sendable(text), calls))
                     self._unanswered = [call.id for call in calls]
             case CellFinished():
-                text = render_cell_result(event)
+                text = sendable(render_cell_result(event))
                 if self.fenced:
                     self.messages.append(UserMessage(f"Output:\n```\n{text.rstrip()}\n```"))
                 else:

@@ -9,12 +9,16 @@ the conversation; so when the loop asks ``hooks.request()`` for the next call,
 the context already holds every event yielded so far.
 
 A turn always ends with exactly one ``TurnEnded`` (unless it is cancelled, in
-which case the session records the interruption).
+which case the session records the interruption). The model's own mistakes
+never end a turn at once: an empty reply, a reply cut off at the output limit
+or a cell repeated verbatim is told to the model, and only when it keeps
+happening does the turn stop, with a reason that says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -36,17 +40,31 @@ from recursa.protocol.events import (
 )
 from recursa.session.cells import CellRequest, check_tool_call, final_answer, parse_fenced
 
-MAX_EMPTY_REPLIES = 2
+MAX_NUDGES = 2
+"""Consecutive empty or cut-off replies the model is told about before the turn stops."""
+
+REFUSE_REPEAT_AT = 3
+"""The third identical cell in a row is not run; the model is told instead."""
+
+STUCK_AT = 5
+"""The fifth identical cell in a row ends the turn as ``stuck``."""
 
 REPEATED_CELL_NOTE = (
     "[this cell is the same as your previous one; running it again will not change anything. "
     "Try a different approach, or give your final answer.]"
 )
-
-EMPTY_REPLY_NUDGE = (
+REFUSED_REPEAT = (
+    "not run: this cell is identical to your previous {n} cells, so its output would be the same. "
+    "Change your approach, or reply with your final answer."
+)
+EMPTY_NUDGE = (
     "Your last reply was empty. Run code with the python tool, or reply with your final answer."
 )
-EMPTY_REPLY_NUDGE_FENCED = "Your last reply was empty. Reply with one ```python block, or with FINAL ANSWER: followed by the answer."
+EMPTY_NUDGE_FENCED = "Your last reply was empty. Reply with one ```python block, or with your final answer in plain text."
+CUT_OFF_NUDGE = (
+    "Your last reply was cut off at the output limit, so it was not used. "
+    "Reply again, more briefly."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +83,10 @@ class TurnHooks:
     - ``cost(usage)``: USD for a call, None when the price is unknown.
     - ``next_cell()``: the next cell number of the session (1, 2, ...).
     - ``clock()``: monotonic seconds.
+
+    The loop yields while a model call's time limit is armed, which is safe
+    because the session handles each event synchronously (it never awaits
+    between receiving an event and resuming the loop).
     """
 
     model: Callable[[Request], AsyncIterator[StreamEvent]]
@@ -79,13 +101,47 @@ class TurnHooks:
     fenced: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """A model reply read for the loop: its cells, or its answer, or a reason to nudge."""
+
+    calls: tuple[ToolCall, ...]
+    cells: list[CellRequest]
+    answer: str | None
+    ignored_blocks: int
+    nudge: str | None
+
+
+def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
+    text = done.message.text
+    cut_off = done.stop_reason == "max_tokens"
+    if fenced:
+        parsed = parse_fenced(text)
+        if parsed.code is not None and parsed.complete:
+            call = ToolCall(f"fenced_{turn}_{step}", "python", json.dumps({"code": parsed.code}))
+            cells = [CellRequest(call.id, parsed.code)]
+            return _Reply((call,), cells, None, parsed.ignored_blocks, None)
+        if cut_off:
+            return _Reply((), [], None, 0, CUT_OFF_NUDGE)
+        nudge = None if text.strip() else EMPTY_NUDGE_FENCED
+        return _Reply((), [], parsed.answer, 0, nudge)
+    calls = done.message.tool_calls
+    if calls:
+        # Arguments cut off mid-way fail to parse and are rejected with a message.
+        return _Reply(calls, [check_tool_call(call) for call in calls], None, 0, None)
+    if cut_off:
+        return _Reply((), [], None, 0, CUT_OFF_NUDGE)
+    return _Reply((), [], final_answer(text), 0, None if text.strip() else EMPTY_NUDGE)
+
+
 async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
     """Run one turn; see the module docstring for the protocol."""
     start = hooks.clock()
     steps = 0
     tokens = 0
-    empty_replies = 0
+    nudges = 0
     previous_code: str | None = None
+    repeats = 0
     yield TurnStarted(turn=turn)
     while True:
         counters = TurnCounters(steps=steps, tokens=tokens, elapsed=hooks.clock() - start)
@@ -94,6 +150,7 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
             yield TurnEnded(turn=turn, reason=stop.reason, detail=stop.detail)
             return
 
+        # One model call.
         request = hooks.request()
         call_start = hooks.clock()
         outcome: Done | Failed | None = None
@@ -115,14 +172,11 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
                         case _:
                             pass
         except TimeoutError:
-            yield TurnEnded(
-                turn=turn,
-                reason="max_time",
-                detail=f"a model call ran past the turn's time limit of {hooks.limits.max_time:.0f} s (--max-time)",
-            )
+            limit = hooks.limits.max_time or 0
+            detail = f"a model call ran past the turn's time limit of {limit:.0f} s (--max-time)"
+            yield TurnEnded(turn=turn, reason="max_time", detail=detail)
             return
         steps += 1
-
         if not isinstance(outcome, Done):
             detail = (
                 f"{outcome.kind}: {outcome.message}"
@@ -132,45 +186,50 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
             yield TurnEnded(turn=turn, reason="provider_error", detail=detail)
             return
 
+        # The reply, as it was.
         usage = outcome.usage
         tokens += usage.total_tokens
-        text = outcome.message.text
-        cells, answer, ignored = _cells_of(outcome, hooks.fenced, steps)
-        calls = (
-            tuple(ToolCall(c.call_id, "python", c.code or "") for c in cells)
-            if hooks.fenced
-            else outcome.message.tool_calls
+        reply = _read(outcome, fenced=hooks.fenced, turn=turn, step=steps)
+        yield AssistantReply(
+            text=outcome.message.text, tool_calls=reply.calls, step=steps, fenced=hooks.fenced
         )
-        yield AssistantReply(text=text, tool_calls=calls, step=steps, fenced=hooks.fenced)
         yield ModelUsage(
             model=hooks.model_ref,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cached_tokens=usage.cached_tokens,
             cache_write_tokens=usage.cache_write_tokens,
+            estimated=usage.estimated,
             cost=hooks.cost(usage),
             latency=hooks.clock() - call_start,
             step=steps,
         )
 
-        if not cells:
-            if not text.strip():
-                empty_replies += 1
-                if empty_replies > MAX_EMPTY_REPLIES:
-                    yield TurnEnded(
-                        turn=turn,
-                        reason="empty_reply",
-                        detail=f"the model replied with nothing {empty_replies} times",
-                    )
-                    return
-                nudge = EMPTY_REPLY_NUDGE_FENCED if hooks.fenced else EMPTY_REPLY_NUDGE
-                yield UserInput(text=nudge, source="system", mode="steer")
-                continue
-            yield TurnEnded(turn=turn, reason="answered", answer=answer)
-            return
-        empty_replies = 0
+        # What it asks for: cells, another try, or the end of the turn.
+        if reply.nudge is not None:
+            nudges += 1
+            if nudges > MAX_NUDGES:
+                empty = reply.nudge in (EMPTY_NUDGE, EMPTY_NUDGE_FENCED)
+                what = "empty" if empty else "cut off at the output limit"
+                detail = f"the model's last {nudges} replies were {what}"
+                yield TurnEnded(
+                    turn=turn, reason="empty_reply" if empty else "stuck", detail=detail
+                )
+                return
+            yield UserInput(text=reply.nudge, source="system", mode="steer")
+            continue
+        nudges = 0
 
-        for cell in cells:
+        if not reply.cells:
+            late = hooks.steers()
+            if late:  # arrived during the last call: the turn goes on to answer them
+                for steer in late:
+                    yield steer
+                continue
+            yield TurnEnded(turn=turn, reason="answered", answer=reply.answer)
+            return
+
+        for cell in reply.cells:
             number = hooks.next_cell()
             if cell.code is None:
                 error = cell.error or "error: nothing was run."
@@ -182,36 +241,41 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
                     chars=len(error),
                 )
                 continue
+            code = cell.code.strip()
+            repeats = repeats + 1 if code == previous_code else 1
+            previous_code = code
+            if repeats >= STUCK_AT:
+                detail = f"the model sent the same cell {repeats} times in a row"
+                yield TurnEnded(turn=turn, reason="stuck", detail=detail)
+                return
+            if repeats >= REFUSE_REPEAT_AT:
+                refusal = REFUSED_REPEAT.format(n=repeats - 1)
+                yield CellFinished(
+                    cell=number,
+                    call_id=cell.call_id,
+                    status="rejected",
+                    output=refusal,
+                    chars=len(refusal),
+                )
+                continue
             yield CellStarted(cell=number, call_id=cell.call_id, code=cell.code)
             counters = TurnCounters(steps=steps, tokens=tokens, elapsed=hooks.clock() - start)
             result = await hooks.execute(
                 number, cell.call_id, cell.code, cell_timeout(hooks.limits, counters)
             )
             notes = []
-            if ignored:
-                notes.append(f"[only the first code block of a reply runs; {ignored} more ignored]")
-            if cell.code.strip() == previous_code:
-                # Small models that repeat a cell keep repeating it unless told.
-                notes.append(REPEATED_CELL_NOTE)
-            previous_code = cell.code.strip()
-            if notes:
-                result = replace(
-                    result, output="\n".join([result.output.rstrip(), *notes]).lstrip()
+            if reply.ignored_blocks:
+                notes.append(
+                    f"[only the first code block of a reply runs; {reply.ignored_blocks} more ignored]"
                 )
+            if repeats == 2:  # small models that repeat a cell keep repeating it unless told
+                notes.append(REPEATED_CELL_NOTE)
+            if notes:
+                output = "\n".join([result.output.rstrip(), *notes]).lstrip()
+                result = replace(result, output=output)
             yield result
         for steer in hooks.steers():
             yield steer
 
 
-def _cells_of(done: Done, fenced: bool, step: int) -> tuple[list[CellRequest], str | None, int]:
-    """The cells a reply asks for, its answer (when it has no cells), and ignored blocks."""
-    if fenced:
-        parsed = parse_fenced(done.message.text)
-        if parsed.code is None:
-            return [], parsed.answer, 0
-        return [CellRequest(f"fenced_{step}", parsed.code)], None, parsed.ignored_blocks
-    cells = [check_tool_call(call) for call in done.message.tool_calls]
-    return cells, (None if cells else final_answer(done.message.text)), 0
-
-
-__all__ = ["MAX_EMPTY_REPLIES", "TurnHooks", "run_turn"]
+__all__ = ["MAX_NUDGES", "REFUSE_REPEAT_AT", "STUCK_AT", "TurnHooks", "run_turn"]

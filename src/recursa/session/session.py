@@ -14,7 +14,7 @@ runs) joins the running turn before its next model call; ``follow_up`` (and
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +53,8 @@ from recursa.session.loop import TurnHooks, run_turn
 from recursa.store import Store
 
 SendMode = Literal["auto", "steer", "follow_up"]
+
+log = logging.getLogger("recursa.session")
 
 
 class KernelSource(Protocol):
@@ -147,14 +149,14 @@ class Session:
         return await self.wait_idle()
 
     async def interrupt(self) -> None:
-        """Stop the running turn; the session stays, idle. Queued follow-ups stay queued."""
+        """Stop the running turn; the session stays, idle. Queued follow-ups stay
+        queued and run with the next input."""
         worker = self._worker
         if worker is None or worker.done():
             return
         self._interrupting = True
         worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
+        await asyncio.wait([worker])
 
     # ----------------------------------------------------------------- events
 
@@ -205,19 +207,29 @@ class Session:
     # ------------------------------------------------------------------ turns
 
     async def _work(self) -> None:
+        """Run turns while inputs are waiting. An interrupt ends the running turn
+        and this worker; what is still queued waits for the next input."""
         self._idle.clear()
         try:
-            while self._inbox:
-                inputs = list(self._inbox)
+            while not self._closed:
+                inputs = [*self._inbox, *self._take_steers()]
                 self._inbox.clear()
+                if not inputs:
+                    break
                 self._set_status("running")
                 self._ensure_kernel()
                 for item in inputs:
                     self.record(item)
                 await self._turn()
+                if self._interrupting:
+                    break
         finally:
+            self._interrupting = False
             if not self._closed:
-                self._set_status("idle")
+                try:
+                    self._set_status("idle")
+                except Exception:  # never mask what ended the worker
+                    log.exception("session %s: could not record the idle status", self.id)
             self._idle.set()
 
     async def _turn(self) -> None:
@@ -235,7 +247,6 @@ class Session:
             model_ref=self.model_ref,
             fenced=self.fenced,
         )
-        self._interrupting = False
         ended: TurnEnded | None = None
         try:
             async for event in run_turn(turn, hooks):
@@ -246,11 +257,19 @@ class Session:
             ended = TurnEnded(turn=turn, reason="interrupted", detail="interrupted by the user")
             self.record(ended)
             self.last_end = ended
-            if not self._interrupting:
+            task = asyncio.current_task()
+            if not self._interrupting or task is None:
                 raise
+            task.uncancel()  # the cancellation was ours and is handled here
             return
         except KernelError as exc:
             ended = TurnEnded(turn=turn, reason="internal_error", detail=str(exc))
+            self.record(ended)
+        except Exception as exc:  # a bug: end the turn with a reason, keep the session
+            log.exception("session %s: turn %d failed", self.id, turn)
+            ended = TurnEnded(
+                turn=turn, reason="internal_error", detail=f"{type(exc).__name__}: {exc}"
+            )
             self.record(ended)
         if ended is None:  # the loop's contract says this cannot happen; say so if it does
             ended = TurnEnded(
@@ -306,15 +325,31 @@ class Session:
 
     async def _execute(self, cell: int, call_id: str, code: str, time_limit: float) -> CellFinished:
         kernel = await self._kernel()
+        parts: list[OutputPart] = []
 
         def stream(part: OutputPart) -> None:
+            parts.append(part)
             self.record(CellOutputEvent(cell=cell, stream=part.kind, text=part.text))
 
         try:
             output: CellOutput = await kernel.execute(code, timeout=time_limit, on_output=stream)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(kernel.interrupt())
+            # The kernel interrupts the cell itself; record what it printed so far,
+            # so the model knows the cell ran (and may have had effects).
+            note = "interrupted by the user; the cell may have partly run"
+            partial = CellOutput(status="interrupted", parts=tuple(parts), note=note).text()
+            self.deps.store.put_cell_output(self.id, cell, call_id, partial)
+            shown, truncated = bound_text(partial, self.deps.limits.output_chars, ref=None)
+            self.record(
+                CellFinished(
+                    cell=cell,
+                    call_id=call_id,
+                    status="interrupted",
+                    output=shown,
+                    chars=len(partial),
+                    truncated=truncated,
+                )
+            )
             raise
         if output.status in ("timeout", "kernel_died") and output.note:
             self.record(
@@ -350,8 +385,8 @@ class Session:
 
     async def close(self) -> None:
         """Stop any running turn and shut the kernel down. The history stays in the store."""
+        self._closed = True  # before the interrupt, so no queued turn starts
         await self.interrupt()
-        self._closed = True
         task, self._kernel_task = self._kernel_task, None
         if task is None:
             return

@@ -92,8 +92,11 @@ def connect(path: Path | None) -> sqlite3.Connection:
     """
     where = ":memory:" if path is None else str(path)
     if path is not None:
-        make_private_dirs(path.parent)
-        create_private_file(path)
+        try:
+            make_private_dirs(path.parent)
+            create_private_file(path)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store {where}: {exc.strerror or exc}") from exc
     try:
         conn = sqlite3.connect(where, isolation_level=None)
     except sqlite3.Error as exc:
