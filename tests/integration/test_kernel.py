@@ -457,14 +457,62 @@ async def test_interleaved_streams_and_displays_keep_their_order(kernel: Kernel)
         assert list(out.parts) == expected
 
 
+def stream_text(out: CellOutput, kind: str) -> str:
+    return "".join(p.text for p in out.parts if p.kind == kind)
+
+
 async def test_output_below_python_is_captured_and_not_logged(
     kernel: Kernel, tmp_path: Path
 ) -> None:
-    out = await kernel.execute("import os\nos.system('echo from-a-subprocess')\nNone", timeout=10)
-    assert out.parts == (OutputPart("stdout", "from-a-subprocess\n"),)
+    # What a cell writes to the descriptors (a subprocess, C code) reaches the
+    # kernel through a pipe per stream. All of it belongs to the cell that
+    # wrote it, in order, however late the thread reading the pipe runs: a
+    # line written just before the cell ends, and more than a pipe holds.
+    small = "import os\nos.system('echo from-a-subprocess')\nNone"
+    for _ in range(50):
+        out = await kernel.execute(small, timeout=10)
+        assert out.parts == (OutputPart("stdout", "from-a-subprocess\n"),)
+    large = (
+        "import os\n"
+        "os.system('seq -f out-%g 1 20000; seq -f err-%g 1 2000 >&2')\n"
+        "os.write(1, b'last\\n')\n"
+        "None"
+    )
+    want_out = "".join(f"out-{i}\n" for i in range(1, 20001)) + "last\n"
+    want_err = "".join(f"err-{i}\n" for i in range(1, 2001))
+    for _ in range(10):
+        out = await kernel.execute(large, timeout=10)
+        assert out.status == "ok"
+        assert set(kinds(out)) == {"stdout", "stderr"}
+        assert stream_text(out, "stdout") == want_out
+        assert stream_text(out, "stderr") == want_err
+    # Were ipykernel's own watcher threads reading the pipes again (after a
+    # change in its internals), this test would turn flaky instead of failing.
+    probe = "import threading\nsorted(t.name for t in threading.enumerate() if 'pump' in t.name)"
+    out = await kernel.execute(probe, timeout=10)
+    assert out.parts == (OutputPart("result", "['recursa-stderr-pump', 'recursa-stdout-pump']"),)
     logs = list((tmp_path / "rt").glob("*.log"))
     assert len(logs) == 1
     assert b"from-a-subprocess" not in logs[0].read_bytes()
+
+
+async def test_output_below_python_comes_before_the_result_or_the_traceback(
+    kernel: Kernel,
+) -> None:
+    for _ in range(25):
+        out = await kernel.execute("import os\nos.system('echo first')\n'then'", timeout=10)
+        assert out.parts == (OutputPart("stdout", "first\n"), OutputPart("result", "'then'"))
+        out = await kernel.execute("import os\nos.system('echo first')\n1 / 0", timeout=10)
+        assert kinds(out) == ["stdout", "error"]
+        assert out.parts[0] == OutputPart("stdout", "first\n")
+
+
+async def test_a_character_split_between_pipe_reads_stays_whole(kernel: Kernel) -> None:
+    # Three-byte characters: the pipe is read in pieces whose size is not a
+    # multiple of three.
+    code = "import os\nwritten = os.write(1, ('€' * 5000 + '\\n').encode())"
+    out = await kernel.execute(code, timeout=10)
+    assert out.parts == (OutputPart("stdout", "€" * 5000 + "\n"),)
 
 
 async def test_background_thread_output_between_cells_is_dropped(kernel: Kernel) -> None:

@@ -37,11 +37,13 @@ KERNEL_FLAGS: tuple[str, ...] = (
     "--IPythonKernel._execute_sleep=0",
 )
 
-BOOTSTRAP = r"""
+_BOOTSTRAP_SOURCE = r"""
 _out = {}
 
 def __recursa_bootstrap():
+    import os
     import sys
+
     # ipykernel ends every cell with sys.stdout.flush() and sys.stderr.flush(),
     # and each blocks on a round trip through its IOPub thread (about 0.2 ms),
     # even with nothing to send. Skip the round trip when the stream holds no
@@ -64,7 +66,6 @@ def __recursa_bootstrap():
 
     # ipykernel forces colors on for the programs a cell runs, for notebooks
     # that render ANSI codes. A model reads plain text: let programs decide.
-    import os
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE"):
         os.environ.pop(name, None)
 
@@ -81,13 +82,170 @@ def __recursa_bootstrap():
     finally:
         os.close(devnull)
 
+    # That text travels through one pipe per stream, and ipykernel's watcher
+    # thread forwards it into the stream whenever the thread is next
+    # scheduled. When a cell ends, bytes it wrote may still be in the pipe,
+    # or read and not yet forwarded, as ipykernel flushes and reports idle:
+    # they would then arrive after the cell and belong to none. So the
+    # watcher is replaced by a pump that reads only while holding a lock, and
+    # at the end of every request (post_execute, before ipykernel's last
+    # flush) the main thread takes that lock and forwards what the pipe still
+    # holds itself. All that was written to the descriptor before the cell
+    # ended is then in the stream, in order, however threads are scheduled.
+    # While a cell runs, a flush of the stream does the same first, so that
+    # text also comes before the result, display or traceback ipykernel
+    # flushes the streams for. (Not after: each drain costs a system call.)
+    # Skipped, leaving ipykernel's watcher in place, if the internals differ.
+    import array
+    import codecs
+    import fcntl
+    import select
+    import stat
+    import termios
+    import threading
+
+    # ipykernel's read size. Larger reads let a program that floods the pipe
+    # outrun the IOPub thread, and the flush that ends each cell waits for it.
+    read_size = 1000
+
+    class Pump:
+        def __init__(self, stream, pipe):
+            self.stream = stream
+            self.pipe = pipe
+            self.lock = threading.Lock()
+            # Incremental: a character split between two reads stays whole.
+            self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            self.waiting = array.array("i", [0])
+
+        def run(self):
+            # ipykernel's loop, with the lock around each read and the
+            # forwarding of what it read. Like ipykernel's, it stops at end
+            # of file or when OutStream.close() asks, keeping an exception for
+            # close() to print; it does not echo, as the echo is /dev/null.
+            poller = select.poll()
+            poller.register(self.pipe, select.POLLIN)
+            try:
+                while True:
+                    poller.poll()
+                    with self.lock:
+                        try:
+                            data = os.read(self.pipe, read_size)
+                        except BlockingIOError:
+                            continue  # the main thread emptied the pipe first
+                        if not data or not self.stream._should_watch:
+                            return
+                        self.forward(data, final=False)
+            except Exception:
+                self.stream._exc = sys.exc_info()
+
+        def drain(self, final):
+            # Only what the pipe holds now: a program left writing in the
+            # background cannot keep a cell from ending. Nor can a wedged
+            # pump: after 0.5 s the cell ends without what the pipe holds.
+            if not self.lock.acquire(timeout=0.5):
+                return
+            try:
+                fcntl.ioctl(self.pipe, termios.FIONREAD, self.waiting)
+                left = self.waiting[0]
+                chunks = []
+                while left > 0 and (chunk := os.read(self.pipe, left)):
+                    chunks.append(chunk)
+                    left -= len(chunk)
+                # The end of a request is a cut (a character still incomplete
+                # there is shown as U+FFFD); a flush is not.
+                self.forward(b"".join(chunks), final)
+            finally:
+                self.lock.release()
+
+        def forward(self, data, final):
+            text = self.decoder.decode(data, final)
+            if text:
+                self.stream.write(text)
+
+    def take_over(stream):
+        # A pump in place of ipykernel's watcher of this stream's pipe, or None.
+        pipe = getattr(stream, "_fid", None)
+        fd = getattr(stream, "_original_stdstream_fd", None)
+        watcher = getattr(stream, "watch_fd_thread", None)
+        if not (
+            isinstance(pipe, int)
+            and isinstance(fd, int)
+            and isinstance(watcher, threading.Thread)
+            and getattr(stream, "_should_watch", None) is True
+        ):
+            return None
+        read_end, write_end = os.fstat(pipe), os.fstat(fd)
+        if not stat.S_ISFIFO(read_end.st_mode) or (read_end.st_dev, read_end.st_ino) != (
+            write_end.st_dev,
+            write_end.st_ino,
+        ):
+            return None
+        # Stop ipykernel's watcher the way OutStream.close() does: it ends
+        # after its next read once _should_watch is false, and this byte
+        # makes sure there is one.
+        stream._should_watch = False
+        try:
+            os.write(fd, b"\0")
+            watcher.join(2.0)
+        finally:
+            stream._should_watch = True
+        if watcher.is_alive():
+            return None
+        # What is left was written during this bootstrap (at least that byte,
+        # if the watcher's last read came before it), and nobody keeps it.
+        os.set_blocking(pipe, False)
+        try:
+            while os.read(pipe, 65536):
+                pass
+        except BlockingIOError:
+            pass
+        pump = Pump(stream, pipe)
+        name = f"recursa-{stream.name}-pump"
+        thread = threading.Thread(target=pump.run, name=name, daemon=True)
+        thread.start()
+        stream.watch_fd_thread = thread  # what OutStream.close() joins
+        return pump
+
+    pumps = [pump for pump in map(take_over, (sys.stdout, sys.stderr)) if pump is not None]
+    running = False  # true from pre_execute to post_execute
+
+    def drain_first(pump, flush):
+        def drain_then_flush():
+            if running:
+                pump.drain(final=False)
+            flush()
+
+        return drain_then_flush
+
+    def cell_starts():
+        nonlocal running
+        running = True
+
+    def cell_ends():
+        nonlocal running
+        running = False
+        for pump in pumps:
+            pump.drain(final=True)
+
+    if pumps:
+        for pump in pumps:
+            pump.stream.flush = drain_first(pump, pump.stream.flush)
+        get_ipython().events.register("pre_execute", cell_starts)
+        get_ipython().events.register("post_execute", cell_ends)
+
 __recursa_bootstrap()
 del __recursa_bootstrap
 """
+
+# One line holding the source as a literal, which the kernel compiles itself:
+# IPython tokenizes and transforms each line of a cell in Python, which for
+# this much code would add several milliseconds to every kernel start.
+BOOTSTRAP = f"exec(compile({_BOOTSTRAP_SOURCE!r}, '<recursa-bootstrap>', 'exec'))"
 """Run silently in every fresh kernel process. It creates ``_out``, the dict
 where the session keeps the full text of outputs that were truncated for the
-model; makes an empty flush free; stops forcing colors on programs; and
-stops the kernel log from growing.
+model; makes an empty flush free; stops forcing colors on programs; stops
+the kernel log from growing; and makes all that a cell writes to the stdout
+and stderr descriptors part of that cell's output, ahead of its result.
 Only ``_out`` is left in the namespace. (matplotlib is not touched: ipykernel
 already selects its inline, non-interactive backend through ``MPLBACKEND``,
 at no cost.)"""
