@@ -124,7 +124,8 @@ async def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="recursa-bench-"))
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
 
-    steady = [step("i = 0"), *[step("i += 1") for _ in range(args.steps)], {"text": "done"}]
+    # Distinct trivial cells: a repeated identical cell is refused by the loop.
+    steady = [*[step(f"i = {k}") for k in range(args.steps + 1)], {"text": "done"}]
     timing = await run_once(steady, home, warm=False)
     gaps = timing.gaps()[1:]
     print(
