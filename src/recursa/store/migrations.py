@@ -150,6 +150,59 @@ def m_initial(conn: sqlite3.Connection) -> None:
     )
 
 
+@_migration(2)
+def m_daemon(conn: sqlite3.Connection) -> None:
+    """What a daemon needs to survive a crash: the durable inbox, the ledger of
+    client commands (for idempotency), and each session's live kernel."""
+    _run(
+        conn,
+        (
+            # A message is stored before its receipt is returned, and marked
+            # delivered in the same transaction as the event that delivers it:
+            # so it is delivered exactly once, whatever crashes in between.
+            """
+            CREATE TABLE messages (
+                id              INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id      TEXT NOT NULL REFERENCES sessions(id),
+                sender          TEXT,
+                source          TEXT NOT NULL,
+                mode            TEXT NOT NULL,
+                text            TEXT NOT NULL,
+                status          TEXT NOT NULL DEFAULT 'queued',
+                created_at      REAL NOT NULL,
+                delivered_at    REAL,
+                delivered_seq   INTEGER REFERENCES events(seq)
+            )
+            """,
+            "CREATE INDEX messages_pending ON messages(session_id, status, id)",
+            # One row per client command: 'pending' until its effect is done;
+            # a command found pending after a crash is uncertain, never rerun.
+            """
+            CREATE TABLE commands (
+                client_id   TEXT NOT NULL,
+                command_id  TEXT NOT NULL,
+                kind        TEXT NOT NULL,
+                status      TEXT NOT NULL,
+                result      TEXT,
+                created_at  REAL NOT NULL,
+                finished_at REAL,
+                PRIMARY KEY (client_id, command_id)
+            ) WITHOUT ROWID
+            """,
+            # The kernel process a session last had, for reattaching after a
+            # daemon crash (its connection file is kept on disk).
+            """
+            CREATE TABLE kernels (
+                session_id      TEXT PRIMARY KEY REFERENCES sessions(id),
+                pid             INTEGER NOT NULL,
+                connection_file TEXT NOT NULL,
+                started_at      REAL NOT NULL
+            ) WITHOUT ROWID
+            """,
+        ),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = tuple(_REGISTRY)
 """Every migration this recursa knows, in version order."""
 

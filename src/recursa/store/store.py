@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -50,6 +50,8 @@ from recursa.protocol.events import (
 )
 from recursa.store import sessions as session_table
 from recursa.store.db import connect, one_line, translated
+from recursa.store.inbox import Inbox
+from recursa.store.ledger import Commands, KernelRecords
 from recursa.store.migrations import migrate
 from recursa.store.rows import JSONValue, SessionRow, UsageTotals
 
@@ -89,6 +91,12 @@ class Store:
         self._clock = clock
         self._depth = 0
         self._skipped: set[int] = set()
+        self.inbox = Inbox(self)
+        """Messages waiting for sessions (:mod:`recursa.store.inbox`)."""
+        self.commands = Commands(self)
+        """The idempotency ledger of client commands (:mod:`recursa.store.ledger`)."""
+        self.kernels = KernelRecords(self)
+        """Each session's kernel process, for reattaching after a crash."""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -191,6 +199,23 @@ class Store:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    def now(self) -> float:
+        """The store's clock (unix seconds)."""
+        return self._clock()
+
+    def execute(
+        self, sql: str, params: Sequence[object] = (), *, missing: str | None = None
+    ) -> sqlite3.Cursor:
+        """One statement on the store's connection, for the store's companions
+        (inbox, ledgers). A foreign-key failure is :class:`NotFound` naming the
+        session ``missing``; any other SQLite error is a one-line StoreError."""
+        try:
+            return self._db().execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(
+                exc, missing=None if missing is None else f"no session {missing!r}"
+            ) from exc
 
     def _error(self, exc: sqlite3.Error, *, missing: str | None = None) -> StoreError:
         """The one-line error for ``exc``; a foreign-key failure is ``NotFound(missing)``."""
@@ -424,6 +449,16 @@ class Store:
                 self._skipped.add(seq)
                 log.warning("skipped event %d in %s: %s", seq, self._where, one_line(exc))
             return None
+
+    def last_activity(self, session_id: str) -> float | None:
+        """The time of the session's latest event, or None when it has none."""
+        with translated(self._where):
+            row = (
+                self._db()
+                .execute("SELECT max(ts) FROM events WHERE session_id = ?", (session_id,))
+                .fetchone()
+            )
+        return None if row is None or row[0] is None else float(row[0])
 
     def last_seq(self, session_id: str | None = None) -> int:
         """The highest seq stored (in that session, or anywhere); 0 when there is none."""
