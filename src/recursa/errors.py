@@ -11,8 +11,9 @@
     ├── KernelError                 a kernel could not be started or reached              exit 5
     ├── StoreError                  the store cannot be used (corrupt, newer schema)      exit 6
     │   └── NotFound                 no such session, entry or job                        exit 6
-    └── DaemonError                 the daemon cannot be reached or refused the client   exit 7
-        └── AuthError                a wrong or missing token                             exit 7
+    ├── DaemonError                 the daemon cannot be reached or refused the client   exit 7
+    │   └── AuthError                a wrong or missing token                             exit 7
+    └── UncertainCommand            a command's outcome was lost in a crash; not rerun   exit 10
 
 Mistakes the *model* makes (bad tool arguments, a failing cell, an empty reply)
 are not exceptions: they are recorded in the transcript and told to the model
@@ -117,6 +118,13 @@ class AuthError(DaemonError):
     """A wrong or missing token."""
 
 
+class UncertainCommand(RecursaError):
+    """A command was received before a crash and its outcome is unknown. It is
+    never run again: check the session (``recursa logs``) and decide."""
+
+    exit_code = 10
+
+
 __all__ = [
     "FAILURE_KINDS",
     "RETRYABLE_KINDS",
@@ -130,5 +138,6 @@ __all__ = [
     "ProviderError",
     "RecursaError",
     "StoreError",
+    "UncertainCommand",
     "UsageError",
 ]

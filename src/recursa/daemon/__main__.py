@@ -1,0 +1,197 @@
+"""The daemon process: ``python -m recursa.daemon --home PATH``.
+
+Started detached by :func:`recursa.daemon.process.start`, which hands it the
+provider credentials as a JSON object on stdin (so they are never in its
+``/proc/PID/environ``) and sends its stdout and stderr to ``daemon.log``.
+
+In order: make the process non-dumpable; take the home's lock (another
+daemon holds it → one line, exit :data:`~recursa.daemon.paths.EXIT_ALREADY_RUNNING`);
+read the credentials from stdin (skipped when stdin is a terminal) and
+resolve the configuration with them; bind the socket; open the host; write
+the state file and serve until a stop; close the host; release the lock.
+
+Signals: SIGTERM or SIGINT while serving stops gracefully (see
+:mod:`recursa.daemon.server`); before serving, they unwind the start (closing
+whatever was opened); while the host closes, they force it
+(``shutdown(force=True)``).
+
+A deliberate failure is one line on stderr and the error's exit code; a bug
+is its traceback followed by one line. ``--host-factory module:function``
+replaces :func:`recursa.runtime.host.open_host` (for tests: a fake host in a
+real daemon process); the function takes the :class:`~recursa.config.Config`
+and returns the host and its async close function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TextIO, cast
+
+from recursa.config import Config, load_config
+from recursa.daemon.errormap import one_line
+from recursa.daemon.harden import harden_process
+from recursa.daemon.host import Host
+from recursa.daemon.paths import (
+    EXIT_ALREADY_RUNNING,
+    LOCK_WAIT,
+    DaemonLock,
+    DaemonPaths,
+    ensure_token,
+    prepare_home,
+    read_state,
+)
+from recursa.daemon.server import DaemonServer, bind_socket
+from recursa.errors import ConfigError, DaemonError, RecursaError
+
+HostFactory = Callable[[Config], Awaitable[tuple[Host, Callable[[], Awaitable[None]]]]]
+
+DEFAULT_HOST_FACTORY = "recursa.runtime.host:open_host"
+MAX_SECRETS_BYTES = 1024 * 1024
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+logger = logging.getLogger("recursa.daemon")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m recursa.daemon", description="The recursa daemon (started by the CLI)."
+    )
+    parser.add_argument("--home", required=True, type=Path, help="the RECURSA_HOME to serve")
+    parser.add_argument(
+        "--host-factory",
+        default=DEFAULT_HOST_FACTORY,
+        metavar="MODULE:FUNCTION",
+        help="what opens the host (for tests; default: %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    harden_process()
+    # Until the server handles signals itself, SIGTERM unwinds like Ctrl-C, so
+    # a host opened meanwhile is still closed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    paths = DaemonPaths.for_home(args.home)
+    lock = DaemonLock(paths)
+    try:
+        prepare_home(paths)
+        if not lock.acquire(wait=LOCK_WAIT):
+            state = read_state(paths)
+            pid = f" (pid {state.pid})" if state else ""
+            _say(f"a daemon is already running for RECURSA_HOME {paths.home}{pid}")
+            return EXIT_ALREADY_RUNNING
+        secrets = read_secrets(sys.stdin)
+        config = load_config(overrides={**secrets, "RECURSA_HOME": str(paths.home)})
+        factory = load_host_factory(args.host_factory)
+        asyncio.run(_run(paths, config, factory))
+        return 0
+    except RecursaError as exc:
+        _say(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _say("stopped by a signal before it was serving")
+        return 1
+    except Exception as exc:
+        logger.exception("the daemon failed")
+        _say(f"internal error: {type(exc).__name__}: {one_line(str(exc))}")
+        return 1
+    finally:
+        lock.release()
+
+
+async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None:
+    sock = bind_socket(paths)  # before the host starts threads: the umask is process-wide
+    try:
+        token = ensure_token(paths)
+        host, close = await factory(config)
+        try:
+            server = DaemonServer(host, paths=paths, sock=sock, token=token)
+            await server.serve()
+        finally:
+            _force_on_signal(host)
+            await close()
+    finally:
+        sock.close()
+
+
+def _force_on_signal(host: Host) -> None:
+    """While the host closes, a signal means: now (``shutdown(force=True)``)."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def shutdown_now() -> None:
+        try:
+            await host.shutdown(force=True)
+        except Exception:
+            logger.exception("the host failed to stop at once")
+
+    def force() -> None:
+        logger.warning("signal while stopping: stopping now (force)")
+        task = loop.create_task(shutdown_now())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, force)
+
+
+def read_secrets(stream: TextIO | None) -> dict[str, str]:
+    """The credentials the starter wrote to stdin: a JSON object of variable
+    names to values. Nothing (a terminal, an empty pipe) is none."""
+    if stream is None or stream.closed or stream.isatty():
+        return {}
+    try:
+        text = stream.read(MAX_SECRETS_BYTES + 1)
+    finally:
+        stream.close()
+    if not text.strip():
+        return {}
+    if len(text) > MAX_SECRETS_BYTES:
+        raise ConfigError("the credentials on stdin are too large")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ConfigError("the credentials on stdin are not JSON") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and _VARIABLE.fullmatch(k) and isinstance(v, str)
+        for k, v in data.items()
+    ):
+        raise ConfigError("the credentials on stdin must map variable names to strings")
+    return cast(dict[str, str], data)
+
+
+def load_host_factory(spec: str) -> HostFactory:
+    """``module:function`` → the function, or a one-line :class:`DaemonError`."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise DaemonError(f"--host-factory must be MODULE:FUNCTION, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DaemonError(f"cannot import the host factory {spec}: {exc}") from exc
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise DaemonError(f"{spec} is not a function")
+    return cast(HostFactory, factory)
+
+
+def _say(message: str) -> None:
+    print(f"recursa daemon: {message}", file=sys.stderr, flush=True)
+
+
+__all__ = ["DEFAULT_HOST_FACTORY", "HostFactory", "load_host_factory", "main", "read_secrets"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""The daemon's HTTP API: a thin ASGI translation over a :class:`~recursa.daemon.host.Host`.
+
+Routes (all under :data:`~recursa.protocol.wire.API_PREFIX`, all need the
+client token; bodies and replies are the wire values of
+:mod:`recursa.protocol.wire` as JSON)::
+
+    GET  /status                          → DaemonStatus
+    POST /sessions          CreateSession → SessionInfo   201
+    GET  /sessions                        → [SessionInfo]
+    GET  /sessions/{ref}                  → SessionInfo
+    POST /sessions/{ref}/messages  SendMessage → Receipt
+    POST /sessions/{ref}/interrupt        → SessionInfo
+    POST /sessions/{ref}/stop             → SessionInfo
+    GET  /sessions/{ref}/events?after=SEQ&follow=0|1  → NDJSON stream of records
+    POST /shutdown          Shutdown      → {}            202, then the server stops
+
+``ref`` is a session id, a unique id prefix or a name. Mutating routes pass
+the ``Recursa-Client`` and ``Recursa-Command`` headers on as a
+:class:`~recursa.protocol.wire.CommandKey` (None when both are absent; one
+without the other is a bad request).
+
+Every failure is one JSON error body (:mod:`recursa.daemon.errormap`): a
+malformed request is 400, a bug is logged with its traceback and answered 500
+with the one line ``internal error: Type: message``.
+
+An event stream sends one :func:`~recursa.protocol.events.record_to_dict`
+per line, and the control lines of :data:`~recursa.protocol.wire.StreamControl`:
+a heartbeat after ``heartbeat`` seconds of silence, an error line if the
+host's iterator fails, a shutdown line when the server stops. It ends when
+the client disconnects, and the host's iterator is closed then, always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from recursa.daemon.auth import KernelAuth, TokenAuth
+from recursa.daemon.errormap import one_line, status_for, wire_error
+from recursa.daemon.host import Host
+from recursa.protocol.events import EventRecord, json_text, record_to_dict
+from recursa.protocol.wire import (
+    API_PREFIX,
+    HEADER_CLIENT,
+    HEADER_COMMAND,
+    HEARTBEAT_SECONDS,
+    CommandKey,
+    CreateSession,
+    ErrorKind,
+    SendMessage,
+    Shutdown,
+    error_body,
+    from_json,
+    to_json,
+)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_HEADER_ID_CHARS = 200
+NDJSON = "application/x-ndjson"
+
+logger = logging.getLogger("recursa.daemon")
+
+
+class StopSignal:
+    """A stop of the server, asked for by ``POST /v1/shutdown`` or a signal.
+
+    Shared by the app and its server (:mod:`recursa.daemon.server`): open event
+    streams end when it is set, and the server then exits. Use it from the
+    event loop's thread."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def request(self) -> None:
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+def create_app(
+    host: Host,
+    *,
+    token: str,
+    stop: StopSignal,
+    kernel_auth: KernelAuth | None = None,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> ASGIApp:
+    """The daemon's ASGI app: the routes above, behind :class:`~recursa.daemon.auth.TokenAuth`."""
+    api = _Api(host, stop, heartbeat)
+    p = API_PREFIX
+    routes = [
+        Route(f"{p}/status", _guarded(api.status), methods=["GET"]),
+        Route(f"{p}/sessions", _guarded(api.create_session), methods=["POST"]),
+        Route(f"{p}/sessions", _guarded(api.sessions), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}", _guarded(api.session), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}/messages", _guarded(api.send), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/interrupt", _guarded(api.interrupt), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/stop", _guarded(api.stop), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/events", _guarded(api.events), methods=["GET"]),
+        Route(f"{p}/shutdown", _guarded(api.shutdown), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
+    return TokenAuth(app, token=token, kernel_auth=kernel_auth)
+
+
+class _Api:
+    def __init__(self, host: Host, stop: StopSignal, heartbeat: float) -> None:
+        self._host = host
+        self._stop = stop
+        self._heartbeat = heartbeat
+
+    async def status(self, request: Request) -> Response:
+        return _json(to_json(await self._host.status()))
+
+    async def create_session(self, request: Request) -> Response:
+        body = from_json(CreateSession, await _read_json(request))
+        info = await self._host.create_session(body, _command_key(request))
+        return _json(to_json(info), status=201)
+
+    async def sessions(self, request: Request) -> Response:
+        return _json([to_json(info) for info in await self._host.sessions()])
+
+    async def session(self, request: Request) -> Response:
+        return _json(to_json(await self._host.session(_ref(request))))
+
+    async def send(self, request: Request) -> Response:
+        body = from_json(SendMessage, await _read_json(request))
+        receipt = await self._host.send(_ref(request), body, _command_key(request))
+        return _json(to_json(receipt))
+
+    async def interrupt(self, request: Request) -> Response:
+        return _json(to_json(await self._host.interrupt(_ref(request))))
+
+    async def stop(self, request: Request) -> Response:
+        info = await self._host.stop(_ref(request), _command_key(request))
+        return _json(to_json(info))
+
+    async def events(self, request: Request) -> Response:
+        after = _int_param(request, "after", default=0)
+        follow = _bool_param(request, "follow")
+        # The iterator raises NotFound only once iterated, after the reply has
+        # begun; resolve the session first so an unknown one is a plain 404.
+        info = await self._host.session(_ref(request))
+        records = self._host.events(info.id, after=after, follow=follow)
+        return _EventStream(records, heartbeat=self._heartbeat, stop=self._stop)
+
+    async def shutdown(self, request: Request) -> Response:
+        body = from_json(Shutdown, await _read_json(request, empty_ok=True))
+        if not isinstance(body.force, bool):
+            raise ValueError("force must be true or false")
+        await self._host.shutdown(force=body.force)
+        logger.info("shutdown requested by a client (force=%s)", body.force)
+        return _json({}, status=202, background=BackgroundTask(self._stop.request))
+
+
+# -- requests and replies -------------------------------------------------------------------
+
+
+def _guarded(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """Every failure of ``handler`` becomes one wire error reply."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            return _error_reply(request, exc)
+
+    return endpoint
+
+
+def _error_reply(request: Request, exc: Exception) -> Response:
+    error, bug = wire_error(exc)
+    if bug:
+        logger.error(
+            "%s %s failed: %s", request.method, request.url.path, error.message, exc_info=exc
+        )
+    elif error.kind == "internal":
+        logger.warning("%s %s failed: %s", request.method, request.url.path, error.message)
+    return _error(error.kind, error.message)
+
+
+def _error(kind: ErrorKind, message: str) -> Response:
+    return _json(error_body(kind, message), status=status_for(kind))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method) as wire errors."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 404:
+        return _error("not_found", f"no route {request.method} {request.url.path}")
+    if status == 405:
+        return _error("invalid", f"{request.method} is not allowed on {request.url.path}")
+    return _error("invalid", one_line(getattr(exc, "detail", "")) or f"bad request ({status})")
+
+
+def _json(data: Any, *, status: int = 200, background: BackgroundTask | None = None) -> Response:
+    return Response(
+        json_text(data), status_code=status, media_type="application/json", background=background
+    )
+
+
+async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
+    """The request body as JSON; ``ValueError`` (a 400) when it is too large,
+    missing or not JSON."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        if empty_ok:
+            return {}
+        raise ValueError("the request needs a JSON body")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"the body is not valid JSON: {one_line(str(exc))}") from exc
+
+
+def _ref(request: Request) -> str:
+    ref = request.path_params["ref"]
+    if not isinstance(ref, str) or not ref:
+        raise ValueError("a session id or name is required")
+    return ref
+
+
+def _command_key(request: Request) -> CommandKey | None:
+    client = request.headers.get(HEADER_CLIENT)
+    command = request.headers.get(HEADER_COMMAND)
+    if client is None and command is None:
+        return None
+    if not client or not command:
+        raise ValueError(f"{HEADER_CLIENT} and {HEADER_COMMAND} must be sent together")
+    for name, value in ((HEADER_CLIENT, client), (HEADER_COMMAND, command)):
+        if len(value) > MAX_HEADER_ID_CHARS or not value.isprintable():
+            raise ValueError(f"{name} must be printable and at most {MAX_HEADER_ID_CHARS} chars")
+    return CommandKey(client, command)
+
+
+def _int_param(request: Request, name: str, *, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+def _bool_param(request: Request, name: str) -> bool:
+    raw = (request.query_params.get(name) or "0").lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    raise ValueError(f"{name} must be 0 or 1, not {raw!r}")
+
+
+# -- the event stream -----------------------------------------------------------------------
+
+_END = object()
+
+
+class _EventStream(Response):
+    """NDJSON over chunked HTTP from a host's event iterator.
+
+    It watches three things at once: the next record, the client's
+    disconnect, and the server's stop. Waiting for the next record is never
+    cancelled by a heartbeat (cancelling an async generator mid-step would
+    end it); it is cancelled only when the stream ends, and then the iterator
+    is closed."""
+
+    media_type = NDJSON
+
+    def __init__(
+        self, records: AsyncIterator[EventRecord], *, heartbeat: float, stop: StopSignal
+    ) -> None:
+        self._records = records
+        self._heartbeat = heartbeat
+        self._stop = stop
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"cache-control": "no-store", "content-type": NDJSON})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        disconnected: asyncio.Future[Any] = asyncio.ensure_future(_disconnect(receive))
+        stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(_next(self._records))
+                done, _ = await asyncio.wait(
+                    {pending, disconnected, stopping},
+                    timeout=self._heartbeat,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if disconnected in done:
+                    return
+                if pending in done:
+                    ready, pending = pending, None
+                    line, last = _record_line(ready)
+                    if line is not None:
+                        await _send_line(send, line)
+                    if last:
+                        break
+                    continue  # records that are ready go out before a stop
+                if stopping in done:
+                    await _send_line(send, {"type": "shutdown"})
+                    break
+                await _send_line(send, {"type": "heartbeat"})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self._close(disconnected, stopping, pending)
+
+    async def _close(self, *tasks: asyncio.Future[Any] | None) -> None:
+        live = [task for task in tasks if task is not None]
+        for task in live:
+            task.cancel()
+        # The pending step must be finished before the iterator can be closed.
+        await asyncio.wait(live, timeout=5.0)
+        aclose = getattr(self._records, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                logger.exception("closing an event iterator failed")
+
+
+async def _next(records: AsyncIterator[EventRecord]) -> object:
+    try:
+        return await records.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _record_line(ready: asyncio.Future[Any]) -> tuple[dict[str, Any] | None, bool]:
+    """The line for a finished step of the iterator, and whether it is the last."""
+    try:
+        value = ready.result()
+    except Exception as exc:
+        error, bug = wire_error(exc)
+        if bug:
+            logger.error("an event stream failed: %s", error.message, exc_info=exc)
+        return {"type": "error", **error_body(error.kind, error.message)}, True
+    if value is _END:
+        return None, True
+    if not isinstance(value, EventRecord):
+        logger.error("an event iterator yielded %r, not an EventRecord", type(value).__name__)
+        return {"type": "error", **error_body("internal", "internal error: bad event")}, True
+    return record_to_dict(value), False
+
+
+async def _send_line(send: Send, data: dict[str, Any]) -> None:
+    body = (json_text(data) + "\n").encode()
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+__all__ = ["MAX_BODY_BYTES", "NDJSON", "StopSignal", "create_app"]

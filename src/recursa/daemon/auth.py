@@ -1,0 +1,150 @@
+"""Who is calling: every request to the daemon carries ``Authorization: Bearer <token>``.
+
+Two kinds of caller exist (DESIGN.md, Processes):
+
+- a *client* (CLI, view, SDK) presents the token in ``daemon.token``
+  (compared in constant time) and may use every route;
+- a *kernel* presents its session's token. The daemon derives the sender's
+  session from the token, so a kernel can never speak as another session.
+  Kernel tokens are accepted only under :data:`KERNEL_PREFIX`.
+
+The extension point for kernels is :data:`KernelAuth`: a function from a
+presented token to the session id it belongs to, or None. The runtime
+supplies it (issue 4); until then no kernel token is accepted. The function
+must not reveal by its timing which tokens exist (hash the token, then look
+the hash up).
+
+A missing, malformed or wrong token is answered with 401 and the wire error
+body ``{"error": {"kind": "auth", "message": "a valid token is required"}}``;
+nothing else (no route, no session) is revealed. Routes read the caller from
+the scope with :func:`principal_of`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from recursa.protocol.events import json_text
+from recursa.protocol.wire import API_PREFIX, ERROR_STATUS, error_body
+
+KernelAuth = Callable[[str], str | None]
+"""Maps a presented token to the id of the session it was issued to, or None."""
+
+KERNEL_PREFIX = f"{API_PREFIX}/kernel/"
+"""Routes a kernel token may reach (issue 4 adds them)."""
+
+PRINCIPAL_KEY = "recursa.principal"
+AUTH_MESSAGE = "a valid token is required"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller: a client, or the kernel of ``session_id``."""
+
+    kind: Literal["client", "kernel"]
+    session_id: str | None = None
+
+
+CLIENT = Principal("client")
+
+
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of the (single) ``Authorization: Bearer`` header, as raw bytes."""
+    found: bytes | None = None
+    for name, value in headers:
+        if name.lower() != b"authorization":
+            continue
+        if found is not None:
+            return None  # two Authorization headers: refuse rather than pick one
+        scheme, _, token = value.strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
+            return None
+        found = token.strip()
+    return found
+
+
+def token_matches(presented: bytes, expected: bytes) -> bool:
+    """Constant-time comparison (in the length of ``expected``)."""
+    return hmac.compare_digest(presented, expected)
+
+
+class TokenAuth:
+    """ASGI middleware: admit a request only with a valid token, and record its
+    :class:`Principal` in the scope for the routes. Non-HTTP scopes (lifespan)
+    pass through."""
+
+    def __init__(self, app: ASGIApp, *, token: str, kernel_auth: KernelAuth | None = None) -> None:
+        if not token:
+            raise ValueError("the client token must not be empty")
+        self._app = app
+        self._token = token.encode("ascii")
+        self._kernel_auth = kernel_auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        principal = self._authenticate(scope)
+        if principal is None:
+            await _refuse(send)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        await self._app(scope, receive, send)
+
+    def _authenticate(self, scope: Scope) -> Principal | None:
+        presented = bearer_token(scope.get("headers", []))
+        if presented is None:
+            return None
+        if token_matches(presented, self._token):
+            return CLIENT
+        path = scope.get("path", "")
+        if self._kernel_auth is None or not path.startswith(KERNEL_PREFIX):
+            return None
+        try:
+            text = presented.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        session_id = self._kernel_auth(text)
+        return Principal("kernel", session_id) if session_id else None
+
+
+def principal_of(scope: Scope) -> Principal:
+    """The caller admitted by :class:`TokenAuth`; a route outside it is a bug."""
+    principal = scope.get(PRINCIPAL_KEY)
+    if not isinstance(principal, Principal):
+        raise RuntimeError("route reached without authentication")
+    return principal
+
+
+async def _refuse(send: Send) -> None:
+    body = json_text(error_body("auth", AUTH_MESSAGE)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": ERROR_STATUS["auth"],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+__all__ = [
+    "AUTH_MESSAGE",
+    "CLIENT",
+    "KERNEL_PREFIX",
+    "KernelAuth",
+    "Principal",
+    "TokenAuth",
+    "bearer_token",
+    "principal_of",
+    "token_matches",
+]

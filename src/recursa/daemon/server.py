@@ -1,0 +1,186 @@
+"""Serving the app with uvicorn on the daemon's unix socket, and only there.
+
+The socket is made here, not by uvicorn: bound under a restrictive umask and
+chmod 0600 before anything listens on it, inside a 0700 directory, so there
+is no moment at which another user could connect. No TCP listener exists.
+
+A stop is asked for by ``POST /v1/shutdown`` (the app calls the host's
+``shutdown`` and sets the shared :class:`~recursa.daemon.app.StopSignal`) or
+by SIGTERM/SIGINT (here: ``host.shutdown(force=False)``, then the signal; a
+second signal escalates to ``force=True`` and stops waiting for
+connections). Open event streams end with a shutdown line, uvicorn drains the
+rest, and :meth:`DaemonServer.serve` returns; the caller then closes the
+host. On the way out the socket and the state file are removed; after a
+crash they stay, and the next daemon (holding the lock) replaces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Generator
+
+import uvicorn
+
+from recursa import __version__
+from recursa.daemon.app import StopSignal, create_app
+from recursa.daemon.auth import KernelAuth
+from recursa.daemon.host import Host
+from recursa.daemon.paths import (
+    DaemonPaths,
+    DaemonState,
+    prepare_home,
+    read_state,
+    remove_quietly,
+    write_state,
+)
+from recursa.errors import DaemonError
+from recursa.protocol.events import PROTOCOL_VERSION
+from recursa.protocol.wire import HEARTBEAT_SECONDS
+
+GRACEFUL_TIMEOUT = 10
+"""Seconds uvicorn waits for open requests after a stop before cancelling them."""
+
+logger = logging.getLogger("recursa.daemon")
+
+
+def bind_socket(paths: DaemonPaths) -> socket.socket:
+    """The daemon's socket, bound (not yet listening) and 0600.
+
+    A file already at the path is removed first: the caller holds the daemon
+    lock (or, in tests, owns the home), so it can only be a dead daemon's."""
+    prepare_home(paths)
+    path = paths.socket
+    remove_quietly(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # The umask is process-wide: this runs before the host starts any thread.
+        previous = os.umask(0o177)
+        try:
+            sock.bind(os.fspath(path))
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+    except OSError as exc:
+        sock.close()
+        raise DaemonError(f"cannot create the daemon socket {path}: {exc.strerror}") from exc
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling (which re-raises the signal
+    after serving, killing the process before the host is closed)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class DaemonServer:
+    """One daemon's HTTP service over ``host`` on a bound socket (:func:`bind_socket`)."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        paths: DaemonPaths,
+        sock: socket.socket,
+        token: str,
+        kernel_auth: KernelAuth | None = None,
+        heartbeat: float = HEARTBEAT_SECONDS,
+    ) -> None:
+        self._host = host
+        self._paths = paths
+        self._sock = sock
+        self._inode = os.stat(paths.socket).st_ino
+        self.stop = StopSignal()
+        self._app = create_app(
+            host, token=token, stop=self.stop, kernel_auth=kernel_auth, heartbeat=heartbeat
+        )
+        self._server: _Server | None = None
+        self._signals = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self, *, handle_signals: bool = True) -> DaemonState:
+        """Write the state file, serve until a stop, clean up; returns the state
+        it served with. ``handle_signals`` needs the main thread."""
+        config = uvicorn.Config(
+            self._app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            http="h11",
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=GRACEFUL_TIMEOUT,
+        )
+        server = self._server = _Server(config)
+        state = DaemonState(
+            pid=os.getpid(),
+            socket=os.fspath(self._paths.socket),
+            started_at=time.time(),
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+        )
+        loop = asyncio.get_running_loop()
+        watcher = asyncio.create_task(self._exit_on_stop(server))
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            write_state(self._paths, state)
+            logger.info("serving on %s (pid %d)", self._paths.socket, state.pid)
+            await server.serve(sockets=[self._sock])
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            watcher.cancel()
+            self._remove_files(state)
+        logger.info("stopped serving")
+        return state
+
+    def request_stop(self) -> None:
+        """Stop serving without asking the host to shut down (tests, embedding)."""
+        self.stop.request()
+
+    async def _exit_on_stop(self, server: _Server) -> None:
+        await self.stop.wait()
+        server.should_exit = True
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        force = self._signals > 1
+        logger.warning("%s: stopping%s", signal.Signals(sig).name, " now (force)" if force else "")
+        if force and self._server is not None:
+            self._server.force_exit = True
+        task = asyncio.create_task(self._shutdown_host(force=force))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _shutdown_host(self, *, force: bool) -> None:
+        try:
+            await self._host.shutdown(force=force)
+        except Exception:
+            logger.exception("the host failed to begin its shutdown")
+        finally:
+            self.stop.request()
+
+    def _remove_files(self, state: DaemonState) -> None:
+        """Remove the socket and state file if they are still this daemon's."""
+        with contextlib.suppress(OSError):
+            if os.stat(self._paths.socket).st_ino == self._inode:
+                remove_quietly(self._paths.socket)
+        current = read_state(self._paths)
+        if current is not None and current.pid == state.pid:
+            remove_quietly(self._paths.state)
+
+
+__all__ = ["GRACEFUL_TIMEOUT", "DaemonServer", "bind_socket"]

@@ -1,0 +1,222 @@
+"""The daemon's wire: requests, replies and errors as pure values.
+
+Clients speak HTTP/1.1 over the daemon's unix socket. Every request carries
+``Authorization: Bearer <token>``. Mutating requests also carry
+``Recursa-Client`` (a client id, stable for one CLI process) and
+``Recursa-Command`` (unique per command): a repeated command gets the stored
+result; one whose outcome was lost in a crash is answered as ``uncertain``
+and never run again.
+
+Bodies are JSON objects; this module turns them into frozen dataclasses and
+back. Event streams are newline-delimited JSON, one
+:func:`~recursa.protocol.events.record_to_dict` per line, so a client can
+resume from the last ``seq`` it saw. Errors are ``{"error": {"kind",
+"message"}}`` with an HTTP status; ``kind`` maps to the error tree.
+
+An event stream also carries control lines, told apart from events by a
+``type`` no event has (:data:`StreamControl`): ``{"type": "heartbeat"}``
+after :data:`HEARTBEAT_SECONDS` of silence, so a client can tell a quiet
+session from a dead daemon; ``{"type": "error", "error": {...}}`` when the
+stream fails after it began (the stream then ends); ``{"type": "shutdown"}``
+when the daemon is stopping (the stream then ends, and reconnecting is
+pointless).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_args
+
+from recursa.protocol.events import PROTOCOL_VERSION, SessionStatus
+
+SendMode = Literal["auto", "steer", "follow_up"]
+ReceiptStatus = Literal["delivered", "queued"]
+ErrorKind = Literal[
+    "auth",  # no or wrong token
+    "not_found",  # no such session
+    "invalid",  # a malformed request
+    "unavailable",  # a model cannot be used (missing key, weights, extra)
+    "conflict",  # e.g. a session name already taken
+    "uncertain",  # a command whose outcome was lost in a crash
+    "internal",  # a bug
+]
+
+StreamControl = Literal["heartbeat", "error", "shutdown"]
+
+HEADER_CLIENT = "Recursa-Client"
+HEADER_COMMAND = "Recursa-Command"
+API_PREFIX = "/v1"
+HEARTBEAT_SECONDS = 15.0
+"""Longest silence on a followed event stream before the daemon sends a heartbeat."""
+
+ERROR_STATUS: dict[ErrorKind, int] = {
+    "auth": 401,
+    "not_found": 404,
+    "invalid": 400,
+    "unavailable": 422,
+    "conflict": 409,
+    "uncertain": 409,
+    "internal": 500,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token and cost totals; ``cost`` counts only priced calls."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float = 0.0
+    unknown_cost_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session as ``recursa agents`` shows it."""
+
+    id: str
+    name: str | None
+    parent_id: str | None
+    status: SessionStatus
+    model: str
+    cwd: str
+    created_at: float
+    last_activity: float
+    usage: Usage = field(default_factory=Usage)
+    last_answer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSession:
+    """``recursa run``: a new root session, with its first task queued."""
+
+    task: str | None
+    model: str | None = None
+    cwd: str | None = None
+    name: str | None = None
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_time: float | None = None
+    cell_timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessage:
+    text: str
+    mode: SendMode = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A message is stored durably before its receipt is returned."""
+
+    message_id: int
+    session_id: str
+    status: ReceiptStatus
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStatus:
+    pid: int
+    version: str
+    protocol: int
+    started_at: float
+    sessions: int
+    loaded: int
+    running: int
+    recovering: bool
+    recovery_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CommandKey:
+    """Identifies a mutating command for idempotency: the client's id (stable for
+    one CLI process) and the command's (unique per command)."""
+
+    client_id: str
+    command_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WireError:
+    kind: ErrorKind
+    message: str
+
+
+T = TypeVar("T")
+
+
+def to_json(value: object) -> dict[str, Any]:
+    """A wire value as a JSON-ready dict."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        raise TypeError(f"not a wire value: {value!r}")
+    return dataclasses.asdict(value)
+
+
+def from_json(cls: type[T], data: object) -> T:
+    """Build ``cls`` from a JSON object; unknown keys are ignored (a newer peer),
+    missing or mistyped ones raise ``ValueError`` with one line."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected a JSON object")
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for name in names:
+        if name not in data:
+            continue
+        value = data[name]
+        if name == "usage" and isinstance(value, dict):
+            value = from_json(Usage, value)
+        kwargs[name] = value
+    try:
+        built = cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{cls.__name__}: {exc}") from exc
+    _check_literals(built)
+    return built
+
+
+def _check_literals(value: object) -> None:
+    if isinstance(value, SendMessage) and value.mode not in get_args(SendMode):
+        raise ValueError(f"mode must be one of {', '.join(get_args(SendMode))}, not {value.mode!r}")
+    if isinstance(value, SendMessage | CreateSession):
+        text = value.text if isinstance(value, SendMessage) else value.task
+        if text is not None and not isinstance(text, str):
+            raise ValueError("the text must be a string")
+
+
+def error_body(kind: ErrorKind, message: str) -> dict[str, Any]:
+    return {"error": {"kind": kind, "message": message}}
+
+
+__all__ = [
+    "API_PREFIX",
+    "ERROR_STATUS",
+    "HEADER_CLIENT",
+    "HEADER_COMMAND",
+    "HEARTBEAT_SECONDS",
+    "PROTOCOL_VERSION",
+    "CommandKey",
+    "CreateSession",
+    "DaemonStatus",
+    "ErrorKind",
+    "Receipt",
+    "ReceiptStatus",
+    "SendMessage",
+    "SendMode",
+    "SessionInfo",
+    "Shutdown",
+    "StreamControl",
+    "Usage",
+    "WireError",
+    "error_body",
+    "from_json",
+    "to_json",
+]

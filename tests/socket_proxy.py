@@ -1,0 +1,93 @@
+"""A unix-socket proxy that breaks connections on cue, to test what clients do
+when a connection drops: the bytes are real, only the cut is staged.
+
+- :attr:`SocketProxy.drop_reply_to`: the next connection whose request bytes
+  contain this marker is forwarded, and then closed as soon as the server
+  starts to answer, so the server did the work and the client never saw the
+  reply.
+- :attr:`SocketProxy.cut_after`: the next reply containing this marker is
+  forwarded up to the chunk that holds it, and the connection closed.
+
+Each is used once and reset to None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+_TAIL = 4096
+
+
+class SocketProxy:
+    def __init__(self, listen: Path, target: Path) -> None:
+        self.listen = listen
+        self.target = target
+        self.drop_reply_to: bytes | None = None
+        self.cut_after: bytes | None = None
+        self.connections = 0
+        self.broken = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> SocketProxy:
+        self._server = await asyncio.start_unix_server(self._handle, path=str(self.listen))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+        drop = asyncio.Event()
+        upward = asyncio.create_task(self._upward(reader, up_writer, drop))
+        downward = asyncio.create_task(self._downward(up_reader, writer, drop))
+        try:
+            await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pipe in (upward, downward):
+                pipe.cancel()
+            await asyncio.gather(upward, downward, return_exceptions=True)
+            for w in (writer, up_writer):
+                w.close()
+                with contextlib.suppress(OSError):
+                    await w.wait_closed()
+            self._tasks.discard(task)
+
+    async def _upward(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drop: asyncio.Event
+    ) -> None:
+        seen = b""
+        while data := await reader.read(65536):
+            seen = (seen + data)[-_TAIL:]
+            if self.drop_reply_to is not None and self.drop_reply_to in seen:
+                self.drop_reply_to = None
+                drop.set()
+            writer.write(data)
+            await writer.drain()
+
+    async def _downward(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drop: asyncio.Event
+    ) -> None:
+        seen = b""
+        while data := await reader.read(65536):
+            if drop.is_set():
+                self.broken += 1
+                return  # the server answered; the client never hears it
+            seen = (seen + data)[-_TAIL:]
+            writer.write(data)
+            await writer.drain()
+            if self.cut_after is not None and self.cut_after in seen:
+                self.cut_after = None
+                self.broken += 1
+                return
