@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -39,13 +40,36 @@ async def kernel(make_kernel: Callable[..., Kernel]) -> AsyncIterator[Kernel]:
         yield k
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for ``condition`` on the event loop, failing after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
+def pidfd(pid: int) -> int:
+    """A descriptor that becomes readable when process ``pid`` exits."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        pytest.skip("needs pidfd_open (Linux 5.3 and later)")
+    fd: int = opener(pid)
+    return fd
+
+
+async def exited(fd: int, timeout: float = 10.0) -> None:
+    """Wait, on the event loop, until the process of pidfd ``fd`` has exited;
+    then close ``fd``. The process is not reaped: its parent reads its status."""
+    loop = asyncio.get_running_loop()
+    gone = asyncio.Event()
+    loop.add_reader(fd, gone.set)
+    try:
+        await asyncio.wait_for(gone.wait(), timeout)
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+IGNORES_INTERRUPTS = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "while True:\n"
+    "    print('tick', flush=True)\n"
+    "    time.sleep(0.05)\n"
+)
+"""A cell that ignores SIGINT, and keeps printing."""
 
 
 def kinds(out: CellOutput) -> list[str]:
@@ -76,6 +100,7 @@ async def test_outputs_arrive_in_order(kernel: Kernel) -> None:
     )
     assert out.execution_count == 1
     assert out.note == ""
+    assert not out.restarted
     assert out.duration > 0
 
 
@@ -195,6 +220,7 @@ async def test_timeout_interrupts_and_keeps_the_namespace(kernel: Kernel) -> Non
     assert out.note == "the cell ran past its 0.5 s limit and was interrupted; variables are kept"
     assert out.parts[0] == OutputPart("stdout", "working\n")
     assert "KeyboardInterrupt" in out.parts[-1].text
+    assert not out.restarted
     assert kernel.restarts == 0
     assert kernel.pid == pid
     assert (await kernel.execute("kept", timeout=10)).parts == (OutputPart("result", "'yes'"),)
@@ -217,10 +243,12 @@ async def test_code_that_ignores_interrupts_gets_a_restarted_kernel(
             "the cell ran past its 0.3 s limit and did not stop when interrupted, "
             "so the kernel was restarted; all variables are gone"
         )
+        assert out.restarted
         assert kernel.restarts == 1
         assert kernel.pid != pid
         after = await kernel.execute("'doomed' in globals(), 2 + 2", timeout=10)
         assert after.parts == (OutputPart("result", "(False, 4)"),)
+        assert not after.restarted  # told once, with the cell it happened to
 
 
 async def test_interrupt_on_request(kernel: Kernel) -> None:
@@ -237,6 +265,7 @@ async def test_interrupt_on_request(kernel: Kernel) -> None:
     out = await asyncio.wait_for(task, 10)
     assert out.status == "interrupted"
     assert out.note == "the cell was interrupted on request; variables are kept"
+    assert not out.restarted
     assert kernel.restarts == 0
 
 
@@ -257,6 +286,69 @@ async def test_a_cancelled_cell_does_not_keep_running(kernel: Kernel) -> None:
     out = await kernel.execute("'free'", timeout=10)
     assert out.parts == (OutputPart("result", "'free'"),)
     assert time.monotonic() - began < 5
+    # It stopped when interrupted: nothing to tell the next cell.
+    assert out.note == ""
+    assert not out.restarted
+    assert kernel.restarts == 0
+
+
+async def test_a_cancelled_cell_that_ignores_interrupts_is_stopped_before_the_next_one(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    async with make_kernel(interrupt_grace=1.0) as kernel:
+        await kernel.execute("kept = 1", timeout=10)
+        pid = kernel.pid
+        seen: list[OutputPart] = []
+        started = asyncio.Event()
+
+        def watch(part: OutputPart) -> None:
+            seen.append(part)
+            started.set()
+
+        task = asyncio.create_task(kernel.execute(IGNORES_INTERRUPTS, timeout=60, on_output=watch))
+        await asyncio.wait_for(started.wait(), 10)
+        cancelled_at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The caller is not kept waiting through the interrupt grace ...
+        assert time.monotonic() - cancelled_at < 0.5
+        heard = len(seen)
+        # ... but the next cell is: it runs in a kernel that is free again,
+        # and is told why its variables are gone, not blamed for it.
+        out = await kernel.execute("'kept' in globals()", timeout=5)
+        assert out.status == "ok"
+        assert out.parts == (OutputPart("result", "False"),)
+        assert out.restarted
+        assert out.note == (
+            "the previous cell was cancelled but did not stop when interrupted, so the kernel "
+            "was restarted before this cell ran; variables from earlier cells are gone"
+        )
+        assert kernel.restarts == 1
+        assert kernel.pid != pid
+        assert len(seen) == heard  # the cancelled caller heard nothing more
+        after = await kernel.execute("1", timeout=5)
+        assert (after.note, after.restarted) == ("", False)
+
+
+async def test_shutdown_ends_the_stopping_of_a_cancelled_cell(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    kernel = make_kernel(interrupt_grace=60.0)
+    await kernel.start()
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        kernel.execute(IGNORES_INTERRUPTS, timeout=60, on_output=lambda part: started.set())
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    began = time.monotonic()
+    await asyncio.wait_for(kernel.shutdown(), 10)
+    assert time.monotonic() - began < 5  # not the 60 s grace
+    assert not kernel.is_alive()
+    assert asyncio.all_tasks() == {asyncio.current_task()}  # the kernel left no task behind
 
 
 # -- death and restarts -------------------------------------------------------------------
@@ -285,6 +377,7 @@ async def test_kill_9_during_a_cell_is_noticed_within_two_seconds(kernel: Kernel
         "so it was restarted; all variables are gone"
     )
     assert out.parts == (OutputPart("stdout", "go\n"),)
+    assert out.restarted
     assert kernel.restarts == 1
     assert kernel.pid not in (None, old_pid)
     after = await kernel.execute("'lost' in globals()", timeout=10)
@@ -296,14 +389,17 @@ async def test_exit_from_inside_a_cell_is_a_death(kernel: Kernel) -> None:
     out = await kernel.execute("import os\nos._exit(1)", timeout=10)
     assert out.status == "kernel_died"
     assert "(exit code 1)" in out.note
+    assert out.restarted
     assert (await kernel.execute("1 + 1", timeout=10)).parts == (OutputPart("result", "2"),)
 
 
 async def test_a_kernel_found_dead_is_restarted_before_the_cell(kernel: Kernel) -> None:
     pid = kernel.pid
     assert pid is not None
+    watch = pidfd(pid)
     os.kill(pid, signal.SIGKILL)
-    await until(lambda: not kernel.is_alive())
+    await exited(watch)
+    assert not kernel.is_alive()
     out = await kernel.execute("'fresh'", timeout=10)
     assert out.status == "ok"
     assert out.parts == (OutputPart("result", "'fresh'"),)
@@ -311,6 +407,7 @@ async def test_a_kernel_found_dead_is_restarted_before_the_cell(kernel: Kernel) 
         "the kernel process had died since the last cell (killed by SIGKILL), so it was restarted "
         "before this cell ran; variables from earlier cells are gone"
     )
+    assert out.restarted
     assert kernel.restarts == 1
 
 
@@ -507,6 +604,114 @@ async def test_output_below_python_comes_before_the_result_or_the_traceback(
         assert out.parts[0] == OutputPart("stdout", "first\n")
 
 
+async def test_writes_to_the_streams_descriptors_are_captured(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    # sys.stdout.fileno() is what subprocess (and faulthandler, and C code
+    # handed a stream) writes to.
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.run(['echo', 'x'], stdout=sys.stdout)\n"
+        "subprocess.run(['sh', '-c', 'echo y >&2'], stderr=sys.stderr)\n"
+        "sys.stdout.fileno(), sys.stderr.fileno()"
+    )
+    out = await kernel.execute(code, timeout=10)
+    assert out.status == "ok"
+    assert stream_text(out, "stdout") == "x\n"
+    assert stream_text(out, "stderr") == "y\n"
+    assert out.parts[-1] == OutputPart("result", "(1, 2)")
+    logs = list((tmp_path / "rt").glob("*.log"))
+    assert len(logs) == 1
+    assert logs[0].read_bytes() == b""
+
+
+async def test_a_progress_bar_reaches_the_model_as_its_last_state(kernel: Kernel) -> None:
+    # Drawn from Python, each redraw flushed on its own (as tqdm does) ...
+    code = (
+        "import sys\n"
+        "for i in range(0, 101, 10):\n"
+        "    print(f'\\r{i:3d}%|{\"#\" * (i // 10):<10}|', end='', file=sys.stderr, flush=True)\n"
+        "print(file=sys.stderr, flush=True)\n"
+        "print('done')\n"
+    )
+    out = await kernel.execute(code, timeout=10)
+    assert out.text() == "100%|##########|\ndone\n"
+    # ... and by a program below Python (pip, curl, apt).
+    out = await kernel.execute(
+        "%%bash\nfor i in 1 2 3; do printf '\\rstep %s/3' $i; done; printf '\\r\\nok\\n'\n",
+        timeout=10,
+    )
+    assert out.text() == "step 3/3\nok\n"
+
+
+def peak_rss_reset() -> None:
+    """Start measuring this process's peak memory from now (Linux)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def rss(which: str, pid: int | str = "self") -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (the peak) of a process, in bytes (Linux)."""
+    found = re.search(rf"{which}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    assert found is not None
+    return int(found.group(1)) * 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_flood_of_output_is_bounded_in_memory_and_counted(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    # `yes` writes hundreds of megabytes a second. What is kept is capped;
+    # the rest is counted; and neither the harness nor the kernel holds the
+    # flood in memory on its way (ipykernel would send it in messages of
+    # tens of megabytes, and IPython would keep it all for %notebook).
+    async with make_kernel(max_output_chars=1_000_000) as kernel:
+        await kernel.execute("1", timeout=10)
+        assert kernel.pid is not None
+        base = rss("VmRSS")
+        peak_rss_reset()
+        out = await kernel.execute("import os\nstatus = os.system('yes')", timeout=2)
+        grown = rss("VmHWM") - base
+        kernel_peak = rss("VmHWM", kernel.pid)
+        assert out.status == "timeout"
+        assert out.parts[0] == OutputPart("stdout", "y\n" * 500_000)
+        dropped = re.search(r"([\d,]+) more characters were dropped", out.note)
+        assert dropped is not None
+        assert int(dropped.group(1).replace(",", "")) > 10_000_000
+        assert grown < 64 << 20, f"the harness grew by {grown >> 20} MB"
+        assert kernel_peak < 160 << 20, f"the kernel peaked at {kernel_peak >> 20} MB"
+        # A flood's text does not stay behind in the kernel either.
+        after = await kernel.execute("1", timeout=10)
+        assert after.status == "ok"
+        assert rss("VmRSS", kernel.pid) < 128 << 20
+
+
+async def test_a_flood_waits_for_a_busy_harness_and_loses_nothing(
+    make_kernel: Callable[..., Kernel],
+) -> None:
+    # The iopub receive queue is bounded: a kernel that outruns the harness
+    # must wait for room, not drop messages.
+    async with make_kernel() as kernel:
+        busy: list[OutputPart] = []
+
+        def on_output(part: OutputPart) -> None:
+            if not busy:
+                busy.append(part)
+                # The event loop is busy elsewhere for a while (not a wait
+                # for anything: the flood goes on meanwhile).
+                time.sleep(1.0)
+
+        out = await kernel.execute(
+            "import os\nstatus = os.system('seq 1 1500000; echo end >&2')\n'finished'",
+            timeout=60,
+            on_output=on_output,
+        )
+        assert out.status == "ok"
+        assert stream_text(out, "stdout") == "".join(f"{i}\n" for i in range(1, 1_500_001))
+        assert stream_text(out, "stderr") == "end\n"
+        assert out.parts[-1] == OutputPart("result", "'finished'")
+        assert out.note == ""
+
+
 async def test_a_character_split_between_pipe_reads_stays_whole(kernel: Kernel) -> None:
     # Three-byte characters: the pipe is read in pieces whose size is not a
     # multiple of three.
@@ -562,6 +767,7 @@ async def test_restart_or_shutdown_during_a_cell_ends_the_cell(
             out.note
             == "the kernel was restarted on request while the cell ran; all variables are gone"
         )
+        assert out.restarted
         assert kernel.restarts == 1
         assert kernel.is_alive()
 
@@ -574,4 +780,5 @@ async def test_restart_or_shutdown_during_a_cell_ends_the_cell(
         out = await task
         assert out.status == "interrupted"
         assert out.note == "the kernel was shut down while the cell ran"
+        assert not out.restarted
         assert not kernel.is_alive()

@@ -3,15 +3,72 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import os
+import shlex
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from recursa.config import Config
 from recursa.errors import KernelError
 from recursa.kernel import KernelPool, OutputPart
+
+
+class Launches:
+    """Tells, as it happens, of each kernel process launched with :attr:`python`.
+
+    That interpreter is a wrapper that writes its pid to a FIFO and then
+    becomes the real one (``exec`` keeps the pid), so a test can wait for a
+    launch as an event instead of polling for child processes.
+    """
+
+    def __init__(self, tmp_path: Path) -> None:
+        fifo = tmp_path / "launches"
+        os.mkfifo(fifo)
+        self.python = tmp_path / "python"
+        self.python.write_text(
+            "#!/bin/sh\n"
+            f"echo $$ > {shlex.quote(str(fifo))}\n"
+            f'exec {shlex.quote(sys.executable)} "$@"\n',
+            encoding="utf-8",
+        )
+        self.python.chmod(0o755)
+        self._reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        # A writer of our own, so that the FIFO never reads as closed
+        # between two launches.
+        self._writer = os.open(fifo, os.O_WRONLY)
+        self._pids: asyncio.Queue[int] = asyncio.Queue()
+        self._partial = b""
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._reader, self._on_readable)
+
+    def _on_readable(self) -> None:
+        lines = (self._partial + os.read(self._reader, 4096)).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._pids.put_nowait(int(line))
+
+    async def next(self) -> int:
+        """The pid of the next launch (which may already have happened)."""
+        return await asyncio.wait_for(self._pids.get(), 10)
+
+    def pending(self) -> int:
+        """Launches reported and not yet taken by :meth:`next`."""
+        return self._pids.qsize()
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._reader)
+        os.close(self._reader)
+        os.close(self._writer)
+
+
+@pytest.fixture
+async def launches(tmp_path: Path) -> AsyncIterator[Launches]:
+    watcher = Launches(tmp_path)
+    yield watcher
+    watcher.close()
 
 
 async def test_acquire_gives_a_ready_kernel_in_cwd_and_refills(
@@ -66,16 +123,63 @@ async def test_two_sessions_get_two_kernels(config: Config, tmp_path: Path) -> N
             await asyncio.gather(first.shutdown(), second.shutdown())
 
 
-async def test_closing_cancels_starts_in_flight(config: Config, tmp_path: Path) -> None:
+async def test_acquire_takes_a_spare_that_is_still_starting(
+    config: Config, tmp_path: Path, launches: Launches
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    pool = KernelPool(
+        config.kernel.env, size=1, runtime_dir=tmp_path / "rt", python=str(launches.python)
+    )
+    async with pool:
+        spare = await launches.next()  # its process exists; it cannot be ready yet
+        assert pool.ready == 0
+        kernel = await pool.acquire(work)
+        try:
+            assert kernel.pid == spare  # not a second start beside it
+            assert kernel.cwd == work
+            out = await kernel.execute("import os; os.getcwd()", timeout=10)
+            assert out.parts == (OutputPart("result", repr(str(work))),)
+            replacement = await launches.next()
+            assert replacement != spare
+            await pool.fill()
+            assert pool.ready == 1
+            assert launches.pending() == 0  # two kernels in all
+        finally:
+            await kernel.shutdown()
+
+
+async def test_acquires_share_the_spares_in_flight(
+    config: Config, tmp_path: Path, launches: Launches
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    pool = KernelPool(
+        config.kernel.env, size=2, runtime_dir=tmp_path / "rt", python=str(launches.python)
+    )
+    async with pool:
+        spares = {await launches.next(), await launches.next()}
+        first, second = await asyncio.gather(pool.acquire(a), pool.acquire(b))
+        try:
+            # Each took one of the two starting (whichever was ready first).
+            assert {first.pid, second.pid} == spares
+            assert {first.cwd, second.cwd} == {a, b}
+        finally:
+            await asyncio.gather(first.shutdown(), second.shutdown())
+
+
+async def test_closing_cancels_starts_in_flight(
+    config: Config, tmp_path: Path, launches: Launches
+) -> None:
     # Close once the spares' processes exist but before they can be ready;
     # the conftest fixture fails the test if any kernel process survives.
-    pool = KernelPool(config.kernel.env, size=2, runtime_dir=tmp_path / "rt")
-    me = psutil.Process()
+    pool = KernelPool(
+        config.kernel.env, size=2, runtime_dir=tmp_path / "rt", python=str(launches.python)
+    )
     await pool.start()
-    deadline = time.monotonic() + 10
-    while len(me.children()) < 2:
-        assert time.monotonic() < deadline, "the spares never launched"
-        await asyncio.sleep(0.001)
+    await launches.next()
+    await launches.next()
     assert pool.ready == 0
     await pool.aclose()
     assert pool.ready == 0

@@ -7,7 +7,14 @@ import pytest
 from recursa.errors import KernelError
 from recursa.kernel.collect import OutputCollector
 from recursa.kernel.lifecycle import execute_content
-from recursa.kernel.types import CellOutput, OutputPart, bound_text, clean_text, strip_ansi
+from recursa.kernel.types import (
+    CellOutput,
+    OutputPart,
+    bound_text,
+    clean_text,
+    collapse_redraws,
+    strip_ansi,
+)
 from recursa.kernel.wire import Message, make_session, parse_message
 
 # -- clean_text ---------------------------------------------------------------------
@@ -105,6 +112,46 @@ def test_text_cleans_every_part() -> None:
 def test_text_of_an_empty_cell_is_empty() -> None:
     assert CellOutput(status="ok").text() == ""
     assert CellOutput(status="kernel_died", note="restarted").text() == "[restarted]\n"
+
+
+def test_a_cell_is_not_restarted_unless_told() -> None:
+    assert not CellOutput(status="ok").restarted
+    assert CellOutput(status="kernel_died", restarted=True).restarted
+
+
+# -- progress bars --------------------------------------------------------------------
+
+
+def test_text_shows_a_redrawn_line_as_a_terminal_leaves_it() -> None:
+    # tqdm's way: every redraw starts with a carriage return; the last ends the line.
+    bar = "".join(f"\r{i:3d}%|{'#' * (i // 10):<10}| {i}/100" for i in range(0, 101, 5))
+    out = CellOutput(
+        status="ok",
+        parts=(OutputPart("stderr", bar + "\n"), OutputPart("stdout", "done\n")),
+        note="a note",
+    )
+    assert out.text() == "100%|##########| 100/100\ndone\n[a note]\n"
+
+
+def test_redraws_collapse_on_the_whole_text_not_per_piece() -> None:
+    # The redraw arrives in a later piece, even another stream, than the line
+    # it redraws.
+    collector = OutputCollector(max_chars=1_000)
+    for piece in ("Downloading  10%", "\rDownloading  60%", "\rDownloading 100%\n"):
+        collector.add(_msg("stream", name="stdout", text=piece))
+    collector.add(_msg("stream", name="stderr", text="Installing 1/2"))
+    collector.add(_msg("stream", name="stdout", text="\rInstalling 2/2\r\nok\n"))
+    out = CellOutput(status="ok", parts=collector.parts())
+    assert out.text() == "Downloading 100%\nInstalling 2/2\nok\n"
+
+
+def test_collapse_redraws_line_endings() -> None:
+    assert collapse_redraws("no carriage return\n") == "no carriage return\n"
+    assert collapse_redraws("a\r\nb\r\n") == "a\nb\n"  # CRLF: a plain line break
+    assert collapse_redraws("50%\r") == "50%"  # a carriage return alone overwrites nothing
+    assert collapse_redraws("10%\r20%\r\r\nnext") == "20%\nnext"
+    assert collapse_redraws("\r\r\n\r") == "\n"
+    assert collapse_redraws("x\r" * 200_000 + "y") == "y"  # in linear time
 
 
 # -- the collector --------------------------------------------------------------------

@@ -33,12 +33,13 @@ class OutputCollector:
     ``stderr``) pieces are one part; the kept text of non-error parts never
     exceeds ``max_chars``; ``dropped`` counts every character not kept.
     ``on_output`` sees each kept piece as it arrives; an exception it raises
-    is logged and does not disturb the cell.
+    is logged and does not disturb the cell. Setting it to ``None`` stops
+    the calls (the kernel does when nobody waits for the cell any more).
     """
 
     def __init__(self, *, max_chars: int, on_output: OnOutput | None = None) -> None:
         self._max_chars = max_chars
-        self._on_output = on_output
+        self.on_output = on_output
         self._parts: list[tuple[PartKind, list[str]]] = []
         self.kept = 0
         self.dropped = 0
@@ -87,9 +88,9 @@ class OutputCollector:
             self._parts[-1][1].append(text)
         else:
             self._parts.append((kind, [text]))
-        if self._on_output is not None:
+        if self.on_output is not None:
             try:
-                self._on_output(OutputPart(kind, text))
+                self.on_output(OutputPart(kind, text))
             except Exception:
                 log.exception("an on_output callback failed; the cell continues")
 

@@ -18,12 +18,16 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
-from recursa.kernel.wire import shared_context
+from recursa.kernel.wire import IOPUB_QUEUE_MESSAGES, shared_context
 
 MAX_IPC_PATH_BYTES = 96
 """Longest socket path prefix: unix socket paths must fit ``sun_path`` (108
 bytes on Linux, 104 on macOS) with the ``-N`` port suffix and zeromq's own
 margin."""
+
+OUTPUT_CHUNK_CHARS = 262_144
+"""Characters a kernel's output stream holds before the writer waits for them
+to be sent: the largest stream message a flood of small writes produces."""
 
 KERNEL_FLAGS: tuple[str, ...] = (
     # Hundreds of kernels must not contend for one history sqlite file.
@@ -42,6 +46,7 @@ _out = {}
 
 def __recursa_bootstrap():
     import os
+    import stat
     import sys
 
     # ipykernel ends every cell with sys.stdout.flush() and sys.stderr.flush(),
@@ -82,6 +87,88 @@ def __recursa_bootstrap():
     finally:
         os.close(devnull)
 
+    # The same copy is what the stream's fileno() answers, so that whatever
+    # writes there (subprocess.run(..., stdout=sys.stdout), faulthandler)
+    # would be lost in /dev/null. It answers the descriptor that feeds the
+    # stream's pipe instead (1 or 2), whose text is captured like that of
+    # os.system. Skipped if the internals differ.
+    def feeds_pipe(stream):
+        pipe = getattr(stream, "_fid", None)
+        fd = getattr(stream, "_original_stdstream_fd", None)
+        if not (isinstance(pipe, int) and isinstance(fd, int)):
+            return None
+        read_end, write_end = os.fstat(pipe), os.fstat(fd)
+        if not stat.S_ISFIFO(read_end.st_mode) or (read_end.st_dev, read_end.st_ino) != (
+            write_end.st_dev,
+            write_end.st_ino,
+        ):
+            return None
+        return fd
+
+    for stream in (sys.stdout, sys.stderr):
+        fd = feeds_pipe(stream)
+        if fd is not None:
+            stream.fileno = lambda fd=fd: fd
+
+    # IPython keeps every cell's stream output in memory for %notebook, for
+    # good (a "tee" around the streams' write methods during each request),
+    # so the kernel would grow with all it ever printed, by gigabytes under a
+    # flood. No request tees from here on; this one still does, and puts the
+    # streams' write methods back when it ends.
+    shell = get_ipython()
+    if callable(getattr(type(shell), "_tee", None)):
+        import contextlib
+
+        shell._tee = lambda channel: contextlib.nullcontext()
+
+    # A flood of output (a program that prints without end) must not pile up
+    # in memory, here or in the harness. ipykernel sends what a stream holds
+    # every 0.2 s as one message, however large (tens of megabytes a message
+    # for `yes`), and its iopub socket drops messages a slow reader has no
+    # room for. So a writer that finds more than `chunk` characters held
+    # sends them itself and waits until they are sent, and the socket waits
+    # for room instead of dropping (the harness bounds its receive queue): a
+    # flood goes at the pace the harness reads, in messages of about `chunk`
+    # characters, and nothing is lost. Skipped if the internals differ.
+    import threading
+
+    import zmq
+
+    chunk = CHUNK_CHARS
+
+    def hold_back(stream):
+        lock = getattr(stream, "_buffer_lock", None)
+        if lock is None:
+            return
+        with lock:
+            held = sum(buffer.tell() for buffer in stream._buffers.values())
+        if held > chunk:
+            stream.flush()  # ipykernel's waits until the IOPub thread sent it
+
+    def bounded(stream, write):
+        def bounded_write(text):
+            written = write(text)
+            hold_back(stream)
+            return written
+
+        return bounded_write
+
+    pub = getattr(sys.stdout, "pub_thread", None)
+    socket = getattr(pub, "socket", None)
+    if isinstance(socket, zmq.Socket) and socket.type == zmq.XPUB:
+        configured = threading.Event()
+
+        def configure():
+            # On the IOPub thread: the socket is that thread's.
+            try:
+                socket.setsockopt(zmq.XPUB_NODROP, 1)
+                socket.setsockopt(zmq.SNDHWM, SEND_QUEUE)
+            finally:
+                configured.set()
+
+        pub.schedule(configure)
+        configured.wait(5.0)
+
     # That text travels through one pipe per stream, and ipykernel's watcher
     # thread forwards it into the stream whenever the thread is next
     # scheduled. When a cell ends, bytes it wrote may still be in the pipe,
@@ -100,9 +187,8 @@ def __recursa_bootstrap():
     import codecs
     import fcntl
     import select
-    import stat
     import termios
-    import threading
+    import types
 
     # ipykernel's read size. Larger reads let a program that floods the pipe
     # outrun the IOPub thread, and the flush that ends each cell waits for it.
@@ -111,6 +197,9 @@ def __recursa_bootstrap():
     class Pump:
         def __init__(self, stream, pipe):
             self.stream = stream
+            # ipykernel's own write: not one set on the stream (a bounded
+            # write must not wait while this pump holds its lock).
+            self.write = types.MethodType(type(stream).write, stream)
             self.pipe = pipe
             self.lock = threading.Lock()
             # Incremental: a character split between two reads stays whole.
@@ -135,6 +224,7 @@ def __recursa_bootstrap():
                         if not data or not self.stream._should_watch:
                             return
                         self.forward(data, final=False)
+                    hold_back(self.stream)
             except Exception:
                 self.stream._exc = sys.exc_info()
 
@@ -160,24 +250,17 @@ def __recursa_bootstrap():
         def forward(self, data, final):
             text = self.decoder.decode(data, final)
             if text:
-                self.stream.write(text)
+                self.write(text)
 
     def take_over(stream):
         # A pump in place of ipykernel's watcher of this stream's pipe, or None.
+        fd = feeds_pipe(stream)
         pipe = getattr(stream, "_fid", None)
-        fd = getattr(stream, "_original_stdstream_fd", None)
         watcher = getattr(stream, "watch_fd_thread", None)
         if not (
-            isinstance(pipe, int)
-            and isinstance(fd, int)
+            fd is not None
             and isinstance(watcher, threading.Thread)
             and getattr(stream, "_should_watch", None) is True
-        ):
-            return None
-        read_end, write_end = os.fstat(pipe), os.fstat(fd)
-        if not stat.S_ISFIFO(read_end.st_mode) or (read_end.st_dev, read_end.st_ino) != (
-            write_end.st_dev,
-            write_end.st_ino,
         ):
             return None
         # Stop ipykernel's watcher the way OutStream.close() does: it ends
@@ -233,9 +316,23 @@ def __recursa_bootstrap():
         get_ipython().events.register("pre_execute", cell_starts)
         get_ipython().events.register("post_execute", cell_ends)
 
+    # Python's writers are bounded from the next request on: when this one
+    # ends, its tee puts back the write methods it found.
+    def bound_writes():
+        shell.events.unregister("pre_execute", bound_writes)
+        for stream in (sys.stdout, sys.stderr):
+            if getattr(stream, "_buffer_lock", None) is not None:
+                stream.write = bounded(stream, stream.write)
+
+    shell.events.register("pre_execute", bound_writes)
+
 __recursa_bootstrap()
 del __recursa_bootstrap
 """
+
+_BOOTSTRAP_SOURCE = _BOOTSTRAP_SOURCE.replace("CHUNK_CHARS", str(OUTPUT_CHUNK_CHARS)).replace(
+    "SEND_QUEUE", str(IOPUB_QUEUE_MESSAGES)
+)
 
 # One line holding the source as a literal, which the kernel compiles itself:
 # IPython tokenizes and transforms each line of a cell in Python, which for
@@ -244,8 +341,11 @@ BOOTSTRAP = f"exec(compile({_BOOTSTRAP_SOURCE!r}, '<recursa-bootstrap>', 'exec')
 """Run silently in every fresh kernel process. It creates ``_out``, the dict
 where the session keeps the full text of outputs that were truncated for the
 model; makes an empty flush free; stops forcing colors on programs; stops
-the kernel log from growing; and makes all that a cell writes to the stdout
-and stderr descriptors part of that cell's output, ahead of its result.
+the kernel log from growing; makes all that a cell writes to the stdout
+and stderr descriptors (``sys.stdout.fileno()`` among them) part of that
+cell's output, ahead of its result; and bounds what a flood of output holds
+in memory, by sending it in pieces of :data:`OUTPUT_CHUNK_CHARS` at the pace
+the harness reads (the iopub socket waits for room instead of dropping).
 Only ``_out`` is left in the namespace. (matplotlib is not touched: ipykernel
 already selects its inline, non-interactive backend through ``MPLBACKEND``,
 at no cost.)"""
@@ -310,6 +410,7 @@ __all__ = [
     "BOOTSTRAP",
     "KERNEL_FLAGS",
     "MAX_IPC_PATH_BYTES",
+    "OUTPUT_CHUNK_CHARS",
     "ipc_prefix",
     "kernel_argv",
     "make_manager",

@@ -30,9 +30,10 @@ class KernelPool:
 
     Spares start in ``runtime_dir`` (where their connection files also live)
     with environment ``env``, and move to the caller's directory on
-    :meth:`acquire`. The other options are passed to each :class:`Kernel`. Filling happens in background tasks; a spare that fails
-    to start is logged and not retried until the next :meth:`acquire`, so a
-    broken interpreter cannot make the pool spin.
+    :meth:`acquire`. The other options are passed to each :class:`Kernel`.
+    Filling happens in background tasks; a spare that fails to start is
+    logged and not retried until the next :meth:`acquire`, so a broken
+    interpreter cannot make the pool spin.
     """
 
     def __init__(
@@ -57,6 +58,9 @@ class KernelPool:
         self._max_output_chars = max_output_chars
         self._spares: list[Kernel] = []
         self._filling: set[asyncio.Task[None]] = set()
+        self._waiting = 0
+        """Callers of :meth:`acquire` waiting for a start in flight: each
+        counts on one of them."""
         self._closed = False
 
     @property
@@ -80,8 +84,10 @@ class KernelPool:
     async def acquire(self, cwd: Path) -> Kernel:
         """A started kernel whose working directory is ``cwd``.
 
-        Takes a spare when one is ready (and starts its replacement in the
-        background); otherwise starts a kernel directly. Raises
+        Takes a spare when one is ready; otherwise waits for a spare already
+        starting (whichever is ready first), unless every start in flight is
+        already awaited by another caller; otherwise starts a kernel
+        directly. A spare taken is replaced in the background. Raises
         :class:`KernelError` if no kernel can be started.
         """
         self._check_open()
@@ -89,14 +95,7 @@ class KernelPool:
         if not cwd.is_dir():
             # Checked here so that a bad path does not cost a warm spare.
             raise KernelError(f"cannot start a kernel in {cwd}: not a directory")
-        kernel: Kernel | None = None
-        while self._spares and kernel is None:
-            spare = self._spares.pop(0)
-            if spare.is_alive():
-                kernel = spare
-            else:
-                # It died while waiting (killed from outside, out of memory).
-                await spare.shutdown()
+        kernel = await self._take_spare()
         self._top_up()
         if kernel is None:
             kernel = self._new_kernel(cwd)
@@ -108,6 +107,28 @@ class KernelPool:
             await kernel.shutdown()
             raise
         return kernel
+
+    async def _take_spare(self) -> Kernel | None:
+        """A live spare: one ready, else the first of the starts in flight that
+        no other caller counts on. ``None`` when there is none to wait for."""
+        while True:
+            self._check_open()
+            while self._spares:
+                spare = self._spares.pop(0)
+                if spare.is_alive():
+                    return spare
+                # It died while waiting (killed from outside, out of memory).
+                await spare.shutdown()
+            if len(self._filling) <= self._waiting:
+                return None
+            # A start that ends appends its kernel to the spares before its
+            # task is done; one that fails appends nothing, and the loop then
+            # waits for another or gives up.
+            self._waiting += 1
+            try:
+                await asyncio.wait(set(self._filling), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._waiting -= 1
 
     async def aclose(self) -> None:
         """Cancel the background starts and shut down every spare. Idempotent."""

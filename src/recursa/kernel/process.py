@@ -14,7 +14,12 @@ The guarantees a session relies on:
 - :meth:`Kernel.execute` returns for every cell: a cell past its limit is
   interrupted, and if it ignores the interrupt for ``interrupt_grace``
   seconds the kernel is restarted; a kernel that dies is noticed at once and
-  restarted. Each such event is told in one line in ``CellOutput.note``.
+  restarted. Each such event is told in one line in ``CellOutput.note``, and
+  ``CellOutput.restarted`` says whether the process was replaced.
+- A cell whose caller is cancelled is stopped the same way, in a task the
+  kernel owns: the cancellation reaches the caller at once, and the next
+  request waits until the kernel is idle again (or restarted, which the next
+  cell's note then tells). :meth:`Kernel.shutdown` ends that task too.
 - One request at a time: cells, silent commands and restarts are serialized
   by a lock; :meth:`Kernel.interrupt`, :meth:`Kernel.restart` and
   :meth:`Kernel.shutdown` reach a running cell through a flag and a wakeup.
@@ -24,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
@@ -52,7 +58,33 @@ StopReason = Literal["interrupt", "restart", "shutdown"]
 Stopping = Literal["timeout", "interrupt"]
 """Why a running cell was sent an interrupt."""
 
+Replaced = Literal["died", "stuck", "requested"]
+"""Why the process was replaced while a cell ran: it died, it ignored an
+interrupt, or :meth:`Kernel.restart` was called."""
+
 _STRENGTH: dict[StopReason | None, int] = {None: 0, "interrupt": 1, "restart": 2, "shutdown": 3}
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Run:
+    """One cell in flight, shared by the task that runs it and its caller."""
+
+    collector: OutputCollector
+    replaced: Replaced | None = None
+    exit: str = ""
+    """How the process ended, when it died."""
+    _abandoned: bool = False
+
+    def abandon(self) -> None:
+        """The caller was cancelled: nobody reads the outcome or the output."""
+        self._abandoned = True
+        self.collector.on_output = None
+
+    def abandoned(self) -> bool:
+        # A method, not an attribute: it changes while the task awaits.
+        return self._abandoned
 
 
 class Kernel:
@@ -93,6 +125,9 @@ class Kernel:
         self._stop: StopReason | None = None
         self._closed = False
         self._started = False
+        self._carried = ""
+        """Restarts not yet told to any caller (those after a cancelled cell),
+        for the next cell's note."""
         self.restarts = 0
         """How many times the process was replaced (on request, timeout or death)."""
 
@@ -147,7 +182,8 @@ class Kernel:
     async def shutdown(self) -> None:
         """Stop the process (politely when idle, then by force), close the
         channels and remove the kernel's files. Idempotent; a running cell
-        returns ``interrupted``."""
+        returns ``interrupted``, and a cancelled cell still being stopped is
+        ended first, so no task of this kernel outlives the call."""
         # A busy kernel does not act on a shutdown request (its main thread
         # is in the cell), so one with a running cell is killed at once.
         busy = self._running
@@ -252,30 +288,81 @@ class Kernel:
         and the reply is in. ``on_output`` sees each kept piece as it
         arrives, on the event loop: it must return quickly.
         Raises :class:`KernelError` only when the kernel cannot be used at
-        all (not started, shut down, or a restart failed). If the caller is
-        cancelled, the cell is interrupted.
+        all (not started, shut down, or a restart failed).
+
+        If the caller is cancelled, the cancellation propagates at once and
+        ``on_output`` is called no more. The cell goes on being stopped in a
+        task the kernel owns, as if it had timed out: interrupted, and the
+        kernel restarted if it is still busy ``interrupt_grace`` seconds
+        later. Requests made meanwhile wait for that; the next cell's note
+        tells of a restart it needed.
         """
         self._check_open()
-        async with self._lock:
+        await self._lock.acquire()
+        try:
             self._check_open()
-            before = await self._ensure_alive()
+            run = _Run(OutputCollector(max_chars=self.max_output_chars, on_output=on_output))
+            task = asyncio.get_running_loop().create_task(
+                self._execute_locked(code, timeout, run), name="recursa-kernel-cell"
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+        # The lock is the task's now: released once the task is done, even
+        # if it is cancelled before it starts. A request that takes the lock
+        # next therefore finds no task of an earlier cell still running.
+        task.add_done_callback(self._release_lock)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._abandon(run, task)
+            raise
+
+    def _release_lock(self, task: asyncio.Task[CellOutput]) -> None:
+        self._lock.release()
+
+    async def _execute_locked(self, code: str, limit: float, run: _Run) -> CellOutput:
+        before = await self._ensure_alive()
+        untold = _join(self._carried, before)
+        self._carried = ""
+        if run.abandoned():  # cancelled while the kernel was restarted: run nothing
+            self._carried = untold
+            return CellOutput(status="interrupted", restarted=bool(untold))
+        self._stop = None
+        self._running = True
+        try:
+            out = await self._run_cell(code, limit, run)
+        except BaseException:
+            self._carried = untold  # not told: the caller gets an exception
+            raise
+        finally:
+            self._running = False
             self._stop = None
-            self._running = True
-            try:
-                out = await self._run_cell(code, timeout, on_output)
-            finally:
-                self._running = False
-                self._stop = None
-        if before:
-            out = replace(out, note=_join(before, out.note))
+        if run.abandoned():
+            self._carried = _join(untold, _after_cancel(run))
+        elif untold:
+            out = replace(out, note=_join(untold, out.note), restarted=True)
         return out
 
-    async def _run_cell(self, code: str, limit: float, on_output: OnOutput | None) -> CellOutput:
+    def _abandon(self, run: _Run, task: asyncio.Task[CellOutput]) -> None:
+        """The caller of :meth:`execute` was cancelled: stop the cell, tell nobody."""
+        run.abandon()
+        if not task.done():
+            self._request_stop("interrupt")
+            task.add_done_callback(_log_failure)
+            return
+        # It ended just as the caller was cancelled; its outcome is lost.
+        if task.cancelled() or task.exception() is not None:
+            return
+        if task.result().restarted and run.replaced != "requested":
+            self._carried = _join(self._carried, _LOST_RESTART)
+
+    async def _run_cell(self, code: str, limit: float, run: _Run) -> CellOutput:
         proc = self._proc
         channels = proc.channels
         assert channels is not None
         loop = asyncio.get_running_loop()
-        collector = OutputCollector(max_chars=self.max_output_chars, on_output=on_output)
+        collector = run.collector
         # Output of earlier requests (late iopub, stale replies) is not this cell's.
         while channels.recv_iopub() is not None or channels.recv_shell() is not None:
             pass
@@ -294,6 +381,7 @@ class Kernel:
                 execution_count=count if isinstance(count, int) else None,
                 duration=loop.time() - started,
                 note=_join(note, collector.note()),
+                restarted=run.replaced is not None,
             )
 
         with channels.request():
@@ -316,10 +404,11 @@ class Kernel:
                     if reply is not None and (idle or now >= deadline):
                         return finish(*_settled(reply, stopping, limit))
                     if not proc.is_alive():
-                        return finish(*await self._after_death(stopping, limit))
+                        return finish(*await self._after_death(stopping, limit, run))
                     if self._stop == "shutdown":
                         return finish("interrupted", "the kernel was shut down while the cell ran")
                     if self._stop == "restart":
+                        run.replaced = "requested"
                         await self._restart_locked()
                         return finish("interrupted", _RESTARTED_ON_REQUEST)
                     if reply is None:
@@ -328,6 +417,7 @@ class Kernel:
                             await proc.interrupt()
                             give_up_at = now + self.interrupt_grace
                         elif stopping is not None and now >= give_up_at:
+                            run.replaced = "stuck"
                             await self._restart_locked()
                             return finish(*_stuck(stopping, limit))
                     # Until the reply, an interrupted cell is watched against its
@@ -335,14 +425,18 @@ class Kernel:
                     wake_at = give_up_at if stopping is not None and reply is None else deadline
                     await channels.wait(min(wake_at, proc.next_check(now)))
             except asyncio.CancelledError:
-                # Whoever awaited the cell is gone; do not leave it running.
+                # Only the event loop's own teardown cancels this task (a
+                # caller's cancellation is shielded): do not leave it running.
                 if stopping is None:
                     with contextlib.suppress(Exception):
                         await proc.interrupt()
                 raise
 
-    async def _after_death(self, stopping: Stopping | None, limit: float) -> tuple[ExecStatus, str]:
+    async def _after_death(
+        self, stopping: Stopping | None, limit: float, run: _Run
+    ) -> tuple[ExecStatus, str]:
         how = self._proc.exit_description()
+        run.replaced, run.exit = "died", how
         await self._restart_locked()
         gone = "so it was restarted; all variables are gone"
         if stopping == "timeout":
@@ -358,6 +452,33 @@ class Kernel:
 _RESTARTED_ON_REQUEST = (
     "the kernel was restarted on request while the cell ran; all variables are gone"
 )
+_LOST_RESTART = (
+    "the kernel was restarted during or before the previous cell, whose outcome was lost "
+    "when it was cancelled; variables from earlier cells are gone"
+)
+_AFTER_CANCEL = (
+    "so the kernel was restarted before this cell ran; variables from earlier cells are gone"
+)
+
+
+def _after_cancel(run: _Run) -> str:
+    """What the next cell is told of a restart that a cancelled cell needed.
+    A restart someone asked for is theirs to tell."""
+    if run.replaced == "stuck":
+        return f"the previous cell was cancelled but did not stop when interrupted, {_AFTER_CANCEL}"
+    if run.replaced == "died":
+        return (
+            f"the kernel died ({run.exit}) while the previous, cancelled cell was being "
+            f"stopped, {_AFTER_CANCEL}"
+        )
+    return ""
+
+
+def _log_failure(task: asyncio.Task[CellOutput]) -> None:
+    # An abandoned cell's failure (a restart that failed) has no caller to
+    # reach; the next request finds the kernel not running and restarts it.
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("stopping a cancelled cell failed: %s", exc)
 
 
 def _settled(reply: JSONDict, stopping: Stopping | None, limit: float) -> tuple[ExecStatus, str]:

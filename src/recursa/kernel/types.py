@@ -39,7 +39,12 @@ class CellOutput:
     interrupted, or the kernel restarted when the interrupt failed);
     ``interrupted`` (stopped on request); ``kernel_died`` (the process died;
     the kernel was restarted and its namespace is gone). ``note`` says in one
-    line what the harness did, for the model.
+    line what the harness did, for the model. ``restarted`` is true when the
+    kernel process was replaced while this cell ran (it died, ignored an
+    interrupt, or was restarted on request) or before it, since the previous
+    cell's outcome was returned, other than by an explicit restart between
+    cells (it died, or a cancelled cell needed a restart): the namespace is
+    not the one earlier cells built, and ``note`` says why.
     """
 
     status: ExecStatus
@@ -47,9 +52,13 @@ class CellOutput:
     execution_count: int | None = None
     duration: float = 0.0
     note: str = ""
+    restarted: bool = False
 
     def text(self) -> str:
-        """The full output as one text, in order; adjacent stream pieces joined."""
+        """The full output as one text, in order, as a terminal would show it:
+        adjacent stream pieces joined, and each line redrawn with a carriage
+        return (a progress bar) reduced to its last drawing
+        (:func:`collapse_redraws`)."""
         chunks: list[str] = []
         for part in self.parts:
             piece = clean_text(part.text)
@@ -62,11 +71,34 @@ class CellOutput:
             chunks.append(piece)
             if part.kind in ("result", "display", "error") and not piece.endswith("\n"):
                 chunks.append("\n")
+        # On the whole text: a redraw often arrives in another piece (or part)
+        # than the line it redraws.
+        text = collapse_redraws("".join(chunks))
         if self.note:
-            if chunks and not chunks[-1].endswith("\n"):
-                chunks.append("\n")
-            chunks.append(f"[{self.note}]\n")
-        return "".join(chunks)
+            if text and not text.endswith("\n"):
+                text += "\n"
+            text += f"[{self.note}]\n"
+        return text
+
+
+def collapse_redraws(text: str) -> str:
+    """Each line as a terminal would leave it after carriage returns: the text
+    after its last ``\r`` (``\r\n`` is a plain line break, and a ``\r`` at
+    the end of a line overwrites nothing). A progress bar that redraws itself
+    thousands of times becomes its last state.
+
+    A redraw shorter than what it covers is shown alone, not over the rest
+    of the older text: progress bars redraw whole lines, and what matters is
+    the last state, not the leftover characters a terminal would still show.
+    """
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if "\r" in line:
+            line = line.rstrip("\r")
+            lines[i] = line[line.rfind("\r") + 1 :]
+    return "\n".join(lines)
 
 
 def bound_text(text: str, limit: int, *, ref: str | None = None) -> tuple[str, bool]:
@@ -104,5 +136,6 @@ __all__ = [
     "PartKind",
     "bound_text",
     "clean_text",
+    "collapse_redraws",
     "strip_ansi",
 ]

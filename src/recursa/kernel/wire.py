@@ -19,6 +19,13 @@ otherwise spin on it), and :meth:`Channels.wait` is only called after both
 sockets were drained. A wakeup with no waiter is remembered, so none is lost
 between a drain and the next wait. Between requests the callback discards
 iopub messages instead, so nothing piles up while nobody reads.
+
+Flow control: the iopub receive queue holds at most
+:data:`IOPUB_QUEUE_MESSAGES` messages. The kernel's bootstrap makes its iopub
+socket wait for room rather than drop a message, and bounds the size of the
+stream messages a flood produces, so when the event loop is busy a flooding
+kernel slows down instead of filling this process's memory, and no message
+(``status: idle`` least of all) is lost.
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ from traitlets import TraitError
 from recursa.errors import KernelError
 
 JSONDict = dict[str, Any]
+
+IOPUB_QUEUE_MESSAGES = 64
+"""How many iopub messages may wait to be read, on each side of the socket.
+A flood's stream messages hold about 256K characters each (the kernel's
+``OUTPUT_CHUNK_CHARS``): some 16 MB of plain text waiting per side, per kernel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +150,13 @@ class Channels:
         self.iopub: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.SUB)
         self._fds: list[int] = []
         try:
+            # No limit on shell, whose few replies must all arrive. On iopub
+            # the limit is safe only because the kernel does not drop a
+            # message when it is reached (see the module docstring).
+            self.shell.rcvhwm = 0
+            self.iopub.rcvhwm = IOPUB_QUEUE_MESSAGES
             for sock, port in ((self.shell, "shell_port"), (self.iopub, "iopub_port")):
                 sock.linger = 0
-                # No receive limit on our side: a dropped ``status: idle`` would
-                # make a finished cell look hung until its timeout.
-                sock.rcvhwm = 0
                 sock.connect(_address(connection, port))
             self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
             for sock in (self.shell, self.iopub):
@@ -280,6 +294,7 @@ def pidfd_open(pid: int) -> int | None:
 
 
 __all__ = [
+    "IOPUB_QUEUE_MESSAGES",
     "Channels",
     "JSONDict",
     "Message",
