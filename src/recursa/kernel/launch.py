@@ -18,6 +18,7 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
+from recursa.kernel.snapshot import HOOKS_SOURCE
 from recursa.kernel.wire import IOPUB_QUEUE_MESSAGES, shared_context
 
 MAX_IPC_PATH_BYTES = 96
@@ -30,6 +31,14 @@ OUTPUT_CHUNK_CHARS = 262_144
 to be sent: the largest stream message a flood of small writes produces."""
 
 KERNEL_FLAGS: tuple[str, ...] = (
+    # The kernel outlives the process that launched it (a daemon killed with
+    # SIGKILL reattaches to it when it restarts). ipykernel exits with its
+    # parent when given one (JPY_PARENT_PID, which jupyter_client sets unless
+    # the launch is ``independent``, or this flag): a thread polls getppid()
+    # every second. Pid 1 is the value ipykernel never watches ("init never
+    # goes away"), and unlike 0 it does not print a connection banner into
+    # the kernel's log.
+    "--IPKernelApp.parent_handle=1",
     # Hundreds of kernels must not contend for one history sqlite file.
     "--HistoryManager.enabled=False",
     # Tracebacks are read by a model, not a terminal.
@@ -48,6 +57,13 @@ def __recursa_bootstrap():
     import os
     import stat
     import sys
+    import types
+
+    # The harness's own module in this kernel: restore hooks, snapshots.
+    module = types.ModuleType("__recursa__", "The harness's state in this kernel.")
+    exec(compile(HOOKS_SOURCE, "<recursa-hooks>", "exec"), module.__dict__)
+    sys.modules["__recursa__"] = module
+    get_ipython().user_ns["on_restore"] = module.on_restore
 
     # ipykernel ends every cell with sys.stdout.flush() and sys.stderr.flush(),
     # and each blocks on a round trip through its IOPub thread (about 0.2 ms),
@@ -330,8 +346,10 @@ __recursa_bootstrap()
 del __recursa_bootstrap
 """
 
-_BOOTSTRAP_SOURCE = _BOOTSTRAP_SOURCE.replace("CHUNK_CHARS", str(OUTPUT_CHUNK_CHARS)).replace(
-    "SEND_QUEUE", str(IOPUB_QUEUE_MESSAGES)
+_BOOTSTRAP_SOURCE = (
+    _BOOTSTRAP_SOURCE.replace("CHUNK_CHARS", str(OUTPUT_CHUNK_CHARS))
+    .replace("SEND_QUEUE", str(IOPUB_QUEUE_MESSAGES))
+    .replace("HOOKS_SOURCE", repr(HOOKS_SOURCE))
 )
 
 # One line holding the source as a literal, which the kernel compiles itself:
@@ -340,20 +358,32 @@ _BOOTSTRAP_SOURCE = _BOOTSTRAP_SOURCE.replace("CHUNK_CHARS", str(OUTPUT_CHUNK_CH
 BOOTSTRAP = f"exec(compile({_BOOTSTRAP_SOURCE!r}, '<recursa-bootstrap>', 'exec'))"
 """Run silently in every fresh kernel process. It creates ``_out``, the dict
 where the session keeps the full text of outputs that were truncated for the
-model; makes an empty flush free; stops forcing colors on programs; stops
-the kernel log from growing; makes all that a cell writes to the stdout
-and stderr descriptors (``sys.stdout.fileno()`` among them) part of that
-cell's output, ahead of its result; and bounds what a flood of output holds
-in memory, by sending it in pieces of :data:`OUTPUT_CHUNK_CHARS` at the pace
-the harness reads (the iopub socket waits for room instead of dropping).
-Only ``_out`` is left in the namespace. (matplotlib is not touched: ipykernel
-already selects its inline, non-interactive backend through ``MPLBACKEND``,
-at no cost.)"""
+model, and the private module ``__recursa__`` with ``on_restore``
+(:data:`recursa.kernel.snapshot.HOOKS_SOURCE`); makes an empty flush free;
+stops forcing colors on programs; stops the kernel log from growing; makes
+all that a cell writes to the stdout and stderr descriptors
+(``sys.stdout.fileno()`` among them) part of that cell's output, ahead of
+its result; and bounds what a flood of output holds in memory, by sending it
+in pieces of :data:`OUTPUT_CHUNK_CHARS` at the pace the harness reads (the
+iopub socket waits for room instead of dropping). Only ``_out`` and
+``on_restore`` are left in the namespace. (matplotlib is not touched:
+ipykernel already selects its inline, non-interactive backend through
+``MPLBACKEND``, at no cost.)"""
 
 
 def kernel_argv(python: str) -> list[str]:
     """The kernel's command line; ``{connection_file}`` is filled in by jupyter_client."""
     return [python, "-m", "ipykernel_launcher", "-f", "{connection_file}", *KERNEL_FLAGS]
+
+
+class _KeptKernelManager(AsyncKernelManager):
+    """A manager that leaves the connection file alone when it is garbage
+    collected (jupyter_client's deletes it): the kernel may outlive this
+    process, and a later one reattaches through that file. :meth:`stop
+    <recursa.kernel.lifecycle.KernelProcess.stop>` removes it."""
+
+    def __del__(self) -> None:
+        self._close_control_socket()
 
 
 class _FixedSpecManager(KernelSpecManager):
@@ -397,7 +427,7 @@ def make_manager(*, python: str, connection_file: Path, ipc_prefix: Path) -> Asy
         env={},
         metadata={},
     )
-    return AsyncKernelManager(
+    return _KeptKernelManager(
         kernel_spec_manager=_FixedSpecManager(spec),
         transport="ipc",
         ip=str(ipc_prefix),

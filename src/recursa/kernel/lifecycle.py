@@ -1,45 +1,57 @@
-"""The kernel process: launched, watched, connected and stopped.
+"""The kernel process: launched or adopted, watched, connected and stopped.
 
 :class:`KernelProcess` is the layer under :class:`recursa.kernel.Kernel`. It
-holds one process at a time (a restart is a stop and a launch), started by
-``jupyter_client``'s :class:`AsyncKernelManager` from a fixed command line, and
-the lean channels to it. It knows nothing of cells, limits or notes.
+holds one process at a time (a restart is a stop and a launch), and the lean
+channels to it. It knows nothing of cells, limits or notes.
 
-A process's exit is noticed at once: on Linux a pidfd is registered with the
-event loop, which wakes whatever is waiting on the channels; elsewhere
-waiters poll every :data:`DEATH_POLL_INTERVAL` seconds.
+A process is launched by ``jupyter_client``'s :class:`AsyncKernelManager`
+from a fixed command line, in its own session and *independent*: it outlives
+the process that launched it, and its connection file stays while it runs.
+A later process (a daemon restarted after a crash) adopts it from that file
+and its pid (:meth:`KernelProcess.adopt`). Either way a
+:class:`~recursa.kernel.watch.ProcessWatch` notices its exit at once (a pidfd
+on Linux, which works for processes that are not our children), signals its
+process group, and reaps it when we are its parent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid4
 
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
 from recursa.kernel.launch import BOOTSTRAP, ipc_prefix, make_manager
-from recursa.kernel.wire import Channels, JSONDict, pidfd_open
+from recursa.kernel.watch import DEATH_POLL_INTERVAL, ProcessWatch
+from recursa.kernel.wire import Channels, JSONDict, execute_content, find_reply, utf8
+
+if TYPE_CHECKING:
+    from jupyter_client.connect import KernelConnectionInfo
 
 SILENT_TIMEOUT = 60.0
 """Limit for the harness's own silent commands (bootstrap, chdir, set_output)."""
 SHUTDOWN_GRACE = 2.0
 """Seconds a kernel has to exit after a shutdown request before it is killed."""
 KILL_WAIT = 5.0
-DEATH_POLL_INTERVAL = 0.25
-"""Only where no pidfd exists (not Linux): how often liveness is polled."""
 _PROBE_INTERVAL = 0.2
 _PAYLOAD_KEY = "recursa_payload"
 PAYLOAD_EXPR = f"get_ipython().kernel.get_parent('shell')['content'][{_PAYLOAD_KEY!r}]"
 """Kernel-side expression for the ``payload`` of the running silent request
 (the kernel ignores request fields it does not know)."""
+_PARENT_VARIABLES = ("JPY_PARENT_PID", "JPY_INTERRUPT_EVENT", "IPY_INTERRUPT_EVENT")
+"""Set in a daemon that runs inside a Jupyter kernel; they would tie our kernels
+to it. Never passed on."""
+_CONNECTION_KEYS = ("transport", "ip", "key", "shell_port", "iopub_port", "control_port")
 
 log = logging.getLogger(__name__)
 
@@ -47,42 +59,55 @@ log = logging.getLogger(__name__)
 class KernelProcess:
     """At most one live kernel process, and the channels to it.
 
-    Invariants: :attr:`channels` is set exactly while a launched process is
-    being used; the connection file keeps its path across restarts;
-    :meth:`stop` leaves no process, no socket and (unless told to keep the
-    connection file for a restart) no file behind.
+    Invariants: :attr:`channels` is set exactly while a process (launched or
+    adopted) is being used; the connection file keeps its path across
+    restarts, and exists while a process runs; :meth:`stop` leaves no
+    process, no socket and (unless told to keep the connection file for a
+    restart) no file behind.
+
+    ``connection_file`` names the file of a kernel to adopt; by default a
+    new name in ``runtime_dir`` is made up.
     """
 
     def __init__(
-        self, env: Mapping[str, str], *, python: str, runtime_dir: Path, startup_timeout: float
+        self,
+        env: Mapping[str, str],
+        *,
+        python: str,
+        runtime_dir: Path,
+        startup_timeout: float,
+        connection_file: Path | None = None,
     ) -> None:
-        self._env = dict(env)
+        self._env = {k: v for k, v in env.items() if k not in _PARENT_VARIABLES}
         self._python = python
-        self._runtime_dir = runtime_dir
         self._startup_timeout = startup_timeout
-        name = f"kernel-{uuid4().hex[:12]}"
-        self.connection_file = runtime_dir / f"{name}.json"
-        self._log_file = runtime_dir / f"{name}.log"
-        self._name = name
+        if connection_file is None:
+            # Absolute, so that the command line names it whatever the cwd:
+            # adopting checks the process's command line against it.
+            self._runtime_dir = Path(os.path.abspath(runtime_dir))
+            self._name = f"kernel-{uuid4().hex[:12]}"
+            self.connection_file = self._runtime_dir / f"{self._name}.json"
+        else:
+            self.connection_file = Path(os.path.abspath(connection_file))
+            self._runtime_dir = self.connection_file.parent
+            self._name = self.connection_file.stem
+        self._log_file = self._runtime_dir / f"{self._name}.log"
         self._manager: AsyncKernelManager | None = None
         self.channels: Channels | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._pidfd: int | None = None
-        self._exited = asyncio.Event()
+        self._watch: ProcessWatch | None = None
         self.startup_time: float | None = None
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._watch.pid if self._watch is not None else None
 
     @property
     def launched(self) -> bool:
-        """A process was launched and not stopped (it may have died since)."""
-        return self._process is not None
+        """A process was launched or adopted and not stopped (it may have died since)."""
+        return self._watch is not None
 
     def is_alive(self) -> bool:
-        proc = self._process
-        return proc is not None and not self._exited.is_set() and proc.poll() is None
+        return self._watch is not None and self._watch.is_alive()
 
     # -- start ------------------------------------------------------------------------
 
@@ -95,7 +120,6 @@ class KernelProcess:
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + self._startup_timeout
-        self._exited = asyncio.Event()
         try:
             self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             if self._manager is None:
@@ -108,15 +132,17 @@ class KernelProcess:
             # captures them, and crash messages) go to a log quoted on failure.
             with self._log_file.open("wb") as log_out:
                 await self._manager.start_kernel(
-                    env=dict(self._env), cwd=str(cwd), stdout=log_out, stderr=subprocess.STDOUT
+                    env=dict(self._env),
+                    cwd=str(cwd),
+                    stdout=log_out,
+                    stderr=subprocess.STDOUT,
+                    independent=True,
                 )
             process = _manager_process(self._manager)
             if process is None:
                 raise KernelError("jupyter_client started no local process")
-            self._process = process
-            self._pidfd = pidfd_open(process.pid)
-            if self._pidfd is not None:
-                loop.add_reader(self._pidfd, self._on_exit)
+            self._watch = ProcessWatch.child(process)
+            self._watch.watch(loop, self._on_exit)
             self.channels = Channels(self._manager.get_connection_info(), loop)
             await self._wait_ready(deadline)
             await self.silent(BOOTSTRAP, deadline=deadline)
@@ -165,12 +191,96 @@ class KernelProcess:
                     raise KernelError(f"the kernel was not ready within {limit}{self._log_tail()}")
                 await channels.wait(min(next_probe, deadline, self.next_check(now)))
 
+    async def adopt(self, pid: int, answer_within: float) -> None:
+        """Take over the live kernel ``pid`` that another process launched with
+        this connection file, once it has answered on its control channel
+        (which a kernel busy with a cell still serves).
+
+        Raises :class:`KernelError` in one line if there is no such kernel;
+        one that is there but does not answer within ``answer_within`` seconds is
+        stopped first (nobody could use it, and nobody else knows of it).
+        Cancelled, it lets go of the kernel and leaves it running.
+        """
+        info = _read_connection(self.connection_file)
+        self._watch = watch = ProcessWatch.adopt(pid, self.connection_file)
+        loop = asyncio.get_running_loop()
+        try:
+            self._manager = make_manager(
+                python=self._python,
+                connection_file=self.connection_file,
+                ipc_prefix=Path(info["ip"]),
+            )
+            self._manager.load_connection_info(cast("KernelConnectionInfo", info))
+            watch.watch(loop, self._on_exit)
+            self.channels = Channels(self._manager.get_connection_info(), loop)
+            answered = await self._ask_control(loop.time() + answer_within)
+        except BaseException:
+            self.let_go()
+            raise
+        if answered:
+            return
+        # It is that kernel, but of no use: stopped, and its files removed.
+        gone = not self.is_alive()
+        await self.stop(graceful=False)
+        if gone:
+            raise KernelError(f"kernel process {pid} exited while it was being reattached")
+        raise KernelError(
+            f"kernel process {pid} did not answer within {answer_within:g} s; it was stopped"
+        )
+
+    def let_go(self) -> None:
+        """Forget the process without stopping it: close the channels and the
+        watch, keep every file. It runs on, for a later :meth:`adopt`."""
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self._manager = None
+
+    async def _ask_control(self, deadline: float) -> bool:
+        """Whether the kernel answers on control by ``deadline`` (loop time)."""
+        return await self._probe(deadline, control=True)
+
+    async def answers_shell(self, deadline: float) -> bool:
+        """Whether the kernel answers on shell (it is not running a cell) by
+        ``deadline`` (loop time). False at once if the process is gone."""
+        return await self._probe(deadline, control=False)
+
+    async def _probe(self, deadline: float, *, control: bool) -> bool:
+        channels = self.channels
+        assert channels is not None
+        recv = channels.recv_control if control else channels.recv_shell
+        loop = asyncio.get_running_loop()
+        sent: set[str] = set()
+        next_probe = loop.time()
+        channels.asking_control = control
+        try:
+            while True:
+                now = loop.time()
+                if now >= next_probe:
+                    # Again and again: a kernel interrupted while it handled
+                    # one (ipykernel takes SIGINT in any handler) never answers it.
+                    sent.add(channels.send("kernel_info_request", {}, control=control))
+                    next_probe = now + _PROBE_INTERVAL
+                while (frames := recv()) is not None:
+                    msg = channels.parse(frames)
+                    if msg is not None and msg.parent_id in sent:
+                        return True
+                if not self.is_alive() or now >= deadline:
+                    return False
+                await channels.wait(min(next_probe, deadline, self.next_check(now)))
+        finally:
+            channels.asking_control = False
+
     # -- harness commands ---------------------------------------------------------------
 
     async def silent(
         self, code: str, *, payload: str | None = None, deadline: float | None = None
-    ) -> None:
+    ) -> JSONDict:
         """Run harness code: no output kept, no history, no execution count.
+        Returns the reply's content (where a payload the code wrote is).
 
         ``payload`` travels in the request beside the code, where the code
         reads it as :data:`PAYLOAD_EXPR`: far cheaper for large text than a
@@ -188,7 +298,7 @@ class KernelProcess:
         with channels.request():
             content = execute_content(code, silent=True)
             if payload is not None:
-                content[_PAYLOAD_KEY] = _utf8(payload)
+                content[_PAYLOAD_KEY] = utf8(payload)
             msg_id = channels.send("execute_request", content)
             while True:
                 while channels.recv_iopub() is not None:
@@ -198,7 +308,7 @@ class KernelProcess:
                     if reply.get("status") != "ok":
                         error = f"{reply.get('ename', 'error')}: {reply.get('evalue', '')}"
                         raise KernelError(f"the kernel failed a harness command: {error}")
-                    return
+                    return reply
                 now = loop.time()
                 if not self.is_alive():
                     how = self.exit_description()
@@ -209,86 +319,72 @@ class KernelProcess:
 
     async def interrupt(self) -> None:
         """Send SIGINT to the kernel's process group."""
-        if self._manager is not None and self.is_alive():
-            await self._manager.interrupt_kernel()
+        if self._watch is not None:
+            self._watch.signal_group(signal.SIGINT)
 
     # -- stop -----------------------------------------------------------------------------
 
     async def stop(self, *, graceful: bool, keep_connection_file: bool = False) -> None:
         """Stop the process (asking first when ``graceful``) and release
-        everything attached to it. Safe to call with no process."""
+        everything attached to it. Safe to call with no process. The process
+        need not be our child: one that ignores the request is killed by pid."""
         km = self._manager
-        if self._process is None and km is not None:
+        if self._watch is None and km is not None:
             # A launch cancelled between the spawn and our bookkeeping.
-            self._process = _manager_process(km)
-        if graceful and km is not None and self.is_alive():
+            process = _manager_process(km)
+            if process is not None:
+                self._watch = ProcessWatch.child(process)
+        watch = self._watch
+        if graceful and watch is not None and self.channels is not None and watch.is_alive():
             try:
-                await km.request_shutdown()
-                await self.wait_exit(SHUTDOWN_GRACE)
+                self.channels.send("shutdown_request", {"restart": False}, control=True)
+                await watch.wait_exit(SHUTDOWN_GRACE)
             except Exception:
                 log.debug("polite kernel shutdown failed; killing it", exc_info=True)
         if self.channels is not None:
             self.channels.close()
             self.channels = None
-        if km is not None and self._process is not None:
-            if self.is_alive():
+        if watch is not None:
+            if watch.is_alive():
                 # The whole process group: the kernel leads its own session,
                 # so this also ends the shell commands it started.
-                await km.signal_kernel(signal.SIGKILL)
-                await self.wait_exit(KILL_WAIT)
-            # The process is gone, so this only reaps it and removes the ipc
-            # files (and, unless it is kept, the connection file).
-            await km.shutdown_kernel(now=True, restart=keep_connection_file)
-        elif km is not None and not keep_connection_file:
-            await km.cleanup_resources(restart=False)
-        if self._pidfd is not None:
-            asyncio.get_running_loop().remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-        self._process = None
+                watch.signal_group(signal.SIGKILL)
+                await watch.wait_exit(KILL_WAIT)
+            if watch.is_alive():
+                log.warning("kernel process %d did not exit when killed", watch.pid)
+            watch.close()
+            self._watch = None
+        if km is not None:
+            await _release(km, keep_connection_file=keep_connection_file)
+            if not keep_connection_file:
+                self._manager = None
         if not keep_connection_file:
-            with contextlib.suppress(OSError):
-                self._log_file.unlink()
+            for path in (self.connection_file, self._log_file):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     # -- exit ---------------------------------------------------------------------------
 
     def _on_exit(self) -> None:
-        # The pidfd stays readable once the process is gone: stop watching it.
-        if self._pidfd is not None:
-            asyncio.get_running_loop().remove_reader(self._pidfd)
-        if self._process is not None:
-            self._process.poll()  # reap it now, not at the next cell
-        self._exited.set()
         if self.channels is not None:
             self.channels.wake()
 
     async def wait_exit(self, seconds: float) -> None:
         """Wait until the process is gone, for at most ``seconds``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        if self._pidfd is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exited.wait(), seconds)
-            return
-        # Without a pidfd nothing signals the exit: poll.
-        while self.is_alive() and loop.time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
+        if self._watch is not None:
+            await self._watch.wait_exit(seconds)
 
     def next_check(self, now: float) -> float:
         """The latest loop time at which a waiter must look at the process again."""
-        return now + DEATH_POLL_INTERVAL if self._pidfd is None else float("inf")
+        if self._watch is None:
+            return now + DEATH_POLL_INTERVAL
+        return self._watch.next_check(now)
 
     def exit_description(self) -> str:
         """How the last process ended, for a note: ``killed by SIGKILL``, ``exit code 1``."""
-        code = self._process.poll() if self._process is not None else None
-        if code is None:
+        if self._watch is None:
             return "exit status unknown"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+        return self._watch.exit_description()
 
     def _log_tail(self, limit: int = 2000) -> str:
         try:
@@ -301,6 +397,16 @@ class KernelProcess:
         return f"; kernel log: {tail}" if tail else ""
 
 
+async def _release(km: AsyncKernelManager, *, keep_connection_file: bool) -> None:
+    """Let the manager forget a process that is gone: close the pipes of its
+    launch and remove its socket files (and its connection file, unless kept)."""
+    process = _manager_process(km)
+    if process is not None and process.poll() is not None and km.provisioner is not None:
+        with contextlib.suppress(Exception):
+            await km.provisioner.wait()
+    await km.cleanup_resources(restart=keep_connection_file)
+
+
 def _manager_process(km: AsyncKernelManager) -> subprocess.Popen[bytes] | None:
     # The local provisioner keeps its Popen as ``process``; other provisioners
     # (remote kernels) have none, and are not supported here.
@@ -308,57 +414,23 @@ def _manager_process(km: AsyncKernelManager) -> subprocess.Popen[bytes] | None:
     return process if isinstance(process, subprocess.Popen) else None
 
 
-def find_reply(channels: Channels, msg_id: str) -> JSONDict | None:
-    """Drain the shell socket; the content of the reply to ``msg_id`` if it came."""
-    found: JSONDict | None = None
-    while (frames := channels.recv_shell()) is not None:
-        msg = channels.parse(frames, want=msg_id)
-        if msg is not None and msg.parent_id == msg_id and msg.msg_type == "execute_reply":
-            found = msg.content
-    return found
-
-
-def execute_content(code: str, *, silent: bool) -> JSONDict:
-    """An ``execute_request``'s content: history unless silent, never stdin."""
-    return {
-        "code": _encodable(code),
-        "silent": silent,
-        "store_history": not silent,
-        "user_expressions": {},
-        "allow_stdin": False,
-        # One request is in flight at a time, so there is never a queue to
-        # abort; False avoids racing the kernel's post-error abort window.
-        "stop_on_error": False,
-    }
-
-
-def _encodable(code: str) -> str:
-    """``code`` with lone surrogates written as ``\\udXXX`` escapes.
-
-    ipykernel never answers a request whose code holds a lone surrogate (its
-    own messages about that code fail to encode), so the cell would hang
-    until its limit and cost a restart.
-    As an escape, one inside a string literal still means the same character.
-    """
+def _read_connection(path: Path) -> dict[str, Any]:
+    """A kernel's connection info, from its file; :class:`KernelError` if it
+    is missing or not one of ours (ipc transport)."""
     try:
-        code.encode("utf-8")
-    except UnicodeEncodeError:
-        return code.encode("utf-8", "backslashreplace").decode("utf-8")
-    return code
-
-
-def _utf8(text: str) -> str:
-    """``text`` with lone surrogates replaced by ``?``, so that it encodes:
-    the session's JSON packer raises on most of them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-    return text
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KernelError(f"the kernel's connection file {path} is gone") from None
+    except (OSError, ValueError) as exc:
+        raise KernelError(f"the kernel's connection file {path} is unreadable: {exc}") from None
+    if not isinstance(info, dict) or any(key not in info for key in _CONNECTION_KEYS):
+        raise KernelError(f"{path} is not a kernel connection file")
+    if info["transport"] != "ipc":
+        raise KernelError(f"{path} is not a recursa kernel's (its transport is not ipc)")
+    return info
 
 
 __all__ = [
-    "DEATH_POLL_INTERVAL",
     "KILL_WAIT",
     "PAYLOAD_EXPR",
     "SHUTDOWN_GRACE",

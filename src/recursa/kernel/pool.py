@@ -3,8 +3,9 @@
 A kernel takes about half a second to start; a session that gets one from the
 pool waits only for a silent ``chdir``. The pool owns its background tasks and
 its spare kernels: :meth:`KernelPool.aclose` cancels the one and shuts down
-the other, so nothing outlives it. A kernel handed out by :meth:`acquire`
-belongs to the caller, who shuts it down.
+the other, so nothing outlives it. A kernel handed out by :meth:`acquire` or
+:meth:`attach` belongs to the caller, who shuts it down; it outlives this
+process if that dies first, and a later pool can :meth:`attach` to it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ class KernelPool:
 
     Spares start in ``runtime_dir`` (where their connection files also live)
     with environment ``env``, and move to the caller's directory on
-    :meth:`acquire`. The other options are passed to each :class:`Kernel`.
-    Filling happens in background tasks; a spare that fails to start is
-    logged and not retried until the next :meth:`acquire`, so a broken
-    interpreter cannot make the pool spin.
+    :meth:`acquire`. Every kernel the pool hands out, attached ones included,
+    keeps ``env`` (the session's allow-list) for all its restarts. The other
+    options are passed to each :class:`Kernel`. Filling happens in background
+    tasks; a spare that fails to start is logged and not retried until the
+    next :meth:`acquire`, so a broken interpreter cannot make the pool spin.
     """
 
     def __init__(
@@ -107,6 +109,25 @@ class KernelPool:
             await kernel.shutdown()
             raise
         return kernel
+
+    async def attach(self, connection_file: Path, pid: int, cwd: Path) -> Kernel:
+        """The live kernel ``pid`` that an earlier process started with
+        ``connection_file``, taken over with its namespace untouched; its
+        restarts start in ``cwd`` with this pool's environment. A cell it was
+        still running for nobody is interrupted (see :meth:`Kernel.attach`).
+        Raises :class:`KernelError`, in one line, if it is gone or does not answer.
+        """
+        self._check_open()
+        return await Kernel.attach(
+            Path(connection_file),
+            pid,
+            Path(cwd),
+            self._env,
+            startup_timeout=self._startup_timeout,
+            python=self._python,
+            interrupt_grace=self._interrupt_grace,
+            max_output_chars=self._max_output_chars,
+        )
 
     async def _take_spare(self) -> Kernel | None:
         """A live spare: one ready, else the first of the starts in flight that

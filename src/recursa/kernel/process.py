@@ -9,8 +9,13 @@ process; what comes back is a :class:`CellOutput`, a pure value.
 The guarantees a session relies on:
 
 - The kernel's environment is exactly the mapping given (the allow-listed
-  one from :func:`recursa.config.kernel_environment`) plus ``JPY_PARENT_PID``,
-  which jupyter_client adds so the kernel exits with its parent.
+  one from :func:`recursa.config.kernel_environment`), for every process a
+  restart makes too.
+- The process outlives this one: it leads its own session and does not
+  watch its parent, and its connection file stays while it runs.
+  :meth:`Kernel.attach` takes it over from a later process (a daemon
+  restarted after a crash), interrupting the cell it may still be running
+  for nobody; an attached kernel is then like any other.
 - :meth:`Kernel.execute` returns for every cell: a cell past its limit is
   interrupted, and if it ignores the interrupt for ``interrupt_grace``
   seconds the kernel is restarted; a kernel that dies is noticed at once and
@@ -28,12 +33,11 @@ The guarantees a session relies on:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
@@ -41,50 +45,31 @@ from typing import Literal, Self
 from jupyter_core.paths import jupyter_runtime_dir
 
 from recursa.errors import KernelError
+from recursa.kernel import notes
+from recursa.kernel import snapshot as snapshots
+from recursa.kernel.cell import Run, StopReason, run_cell
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCollector
-from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess, execute_content, find_reply
-from recursa.kernel.types import CellOutput, ExecStatus
+from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess
+from recursa.kernel.types import CellOutput, RestoreReport, SnapshotReport
 from recursa.kernel.wire import JSONDict
 
 DEFAULT_STARTUP_TIMEOUT = 60.0
 DEFAULT_INTERRUPT_GRACE = 3.0
 """Seconds a cell has to stop after an interrupt before the kernel is restarted."""
-IDLE_AFTER_REPLY = 5.0
-"""After the reply, how long to wait for ``status: idle`` (the end of output)
-beyond the cell's own limit."""
+ATTACH_TIMEOUT = 3.0
+"""Seconds a kernel being reattached has to answer on its control channel."""
+IDLE_PROBE = 0.5
+"""Seconds a reattached kernel has to answer on shell before it is taken to be
+running a cell (an idle one answers within milliseconds; a busy one only
+once the cell ends)."""
 
-StopReason = Literal["interrupt", "restart", "shutdown"]
-"""What another task asked of a running cell."""
-Stopping = Literal["timeout", "interrupt"]
-"""Why a running cell was sent an interrupt."""
-
-Replaced = Literal["died", "stuck", "requested"]
-"""Why the process was replaced while a cell ran: it died, it ignored an
-interrupt, or :meth:`Kernel.restart` was called."""
+AttachOutcome = Literal["idle", "interrupted", "restarted"]
+"""What :meth:`Kernel.attach` found: an idle kernel, one running a cell (which
+was interrupted), or one that had to be replaced."""
 
 _STRENGTH: dict[StopReason | None, int] = {None: 0, "interrupt": 1, "restart": 2, "shutdown": 3}
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Run:
-    """One cell in flight, shared by the task that runs it and its caller."""
-
-    collector: OutputCollector
-    replaced: Replaced | None = None
-    exit: str = ""
-    """How the process ended, when it died."""
-    _abandoned: bool = False
-
-    def abandon(self) -> None:
-        """The caller was cancelled: nobody reads the outcome or the output."""
-        self._abandoned = True
-        self.collector.on_output = None
-
-    def abandoned(self) -> bool:
-        # A method, not an attribute: it changes while the task awaits.
-        return self._abandoned
 
 
 class Kernel:
@@ -95,8 +80,9 @@ class Kernel:
     the process. Connection and log files live in ``runtime_dir`` (default:
     Jupyter's runtime directory); :attr:`connection_file` names the kernel's
     file, which exists while a process runs and keeps its path across
-    restarts. ``max_output_chars`` bounds what one cell's output may hold in
-    memory; ``interrupt_grace`` is how long an interrupted cell has to stop.
+    restarts (``connection_file`` chooses it; it then sets the runtime
+    directory). ``max_output_chars`` bounds what one cell's output may hold
+    in memory; ``interrupt_grace`` is how long an interrupted cell has to stop.
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
@@ -112,13 +98,18 @@ class Kernel:
         python: str = sys.executable,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        connection_file: Path | None = None,
     ) -> None:
         self._cwd = _absolute(cwd)
         self.interrupt_grace = interrupt_grace
         self.max_output_chars = max_output_chars
         runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
         self._proc = KernelProcess(
-            env, python=python, runtime_dir=runtime, startup_timeout=startup_timeout
+            env,
+            python=python,
+            runtime_dir=runtime,
+            startup_timeout=startup_timeout,
+            connection_file=connection_file,
         )
         self._lock = asyncio.Lock()
         self._running = False
@@ -130,6 +121,8 @@ class Kernel:
         for the next cell's note."""
         self.restarts = 0
         """How many times the process was replaced (on request, timeout or death)."""
+        self.attach_outcome: AttachOutcome | None = None
+        """For a kernel from :meth:`attach`: what it was doing when taken over."""
 
     @property
     def pid(self) -> int | None:
@@ -166,6 +159,76 @@ class Kernel:
             if not self._started:
                 await self._proc.launch(self._cwd)
                 self._started = True
+
+    @classmethod
+    async def attach(
+        cls,
+        connection_file: Path,
+        pid: int,
+        cwd: Path,
+        env: Mapping[str, str],
+        *,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        python: str = sys.executable,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        answer_within: float = ATTACH_TIMEOUT,
+    ) -> Kernel:
+        """Take over the live kernel ``pid`` that an earlier process started
+        with ``connection_file``; its namespace is untouched.
+
+        The pid must still be that kernel (not a reused pid: its command line
+        names the file), and the kernel must answer on its control channel
+        within ``answer_within`` seconds; otherwise :class:`KernelError`, in one
+        line (a kernel that is there but silent is stopped first). A kernel
+        still running a cell, whose result nobody will read now, is
+        interrupted; if it does not stop within ``interrupt_grace`` seconds
+        it is restarted, and the next cell's output says so
+        (``restarted=True``). :attr:`attach_outcome` tells which.
+
+        The kernel is then like one from :meth:`start`: ``cwd`` and ``env``
+        (the session's allow-listed environment) are what its restarts get,
+        and its death is noticed at once.
+        """
+        kernel = cls(
+            cwd,
+            env,
+            startup_timeout=startup_timeout,
+            python=python,
+            interrupt_grace=interrupt_grace,
+            max_output_chars=max_output_chars,
+            connection_file=Path(connection_file),
+        )
+        async with kernel._lock:
+            await kernel._take_over(pid, answer_within)
+        return kernel
+
+    async def _take_over(self, pid: int, answer_within: float) -> None:
+        proc = self._proc
+        loop = asyncio.get_running_loop()
+        await proc.adopt(pid, answer_within)
+        self._started = True
+        try:
+            if await proc.answers_shell(loop.time() + IDLE_PROBE):
+                self.attach_outcome = "idle"
+                return
+            if proc.is_alive():
+                log.info("kernel %d was running a cell when reattached; interrupting it", pid)
+                await proc.interrupt()
+                if await proc.answers_shell(loop.time() + self.interrupt_grace):
+                    self.attach_outcome = "interrupted"
+                    return
+            how: Literal["stuck", "died"] = "stuck" if proc.is_alive() else "died"
+            await self._restart_locked()
+            self._carried = notes.after_attach(how, self.interrupt_grace)
+            self.attach_outcome = "restarted"
+        except asyncio.CancelledError:
+            proc.let_go()  # it runs on, for whoever attaches next
+            raise
+        except BaseException:
+            self._closed = True
+            await proc.stop(graceful=False)
+            raise
 
     async def restart(self) -> None:
         """Replace the process with a fresh one, ready on return (on a kernel
@@ -272,6 +335,49 @@ class Kernel:
             await self._ensure_alive()
             await self._proc.silent(code, payload=text)
 
+    # -- snapshots ------------------------------------------------------------------------
+
+    async def snapshot(self, path: Path, *, max_bytes: int) -> SnapshotReport:
+        """Write the namespace's user variables and restore hooks to ``path``
+        (silently; :mod:`recursa.kernel.namespace` says how) and report what
+        was kept. A value that cannot be pickled, or among the biggest past
+        ``max_bytes``, is listed in ``skipped``, never fatal. The file is
+        replaced atomically, the one before kept as ``<path>.prev``.
+
+        Raises :class:`KernelError` if the file cannot be written, or the
+        kernel is not running: a dead kernel is not restarted for this (an
+        empty snapshot would replace the last good one).
+        """
+        payload = snapshots.snapshot_request(path, max_bytes)
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            if not (self._started and self._proc.is_alive()):
+                raise KernelError("the kernel is not running: there is no namespace to snapshot")
+            reply = await self._silent_call(payload)
+        return snapshots.snapshot_report(reply, path)
+
+    async def restore(self, path: Path) -> RestoreReport:
+        """Replace the namespace's user variables with the snapshot at ``path``
+        (or ``<path>.prev`` if it is torn or damaged), silently, then run its
+        restore hooks in order. What cannot be unpickled is listed in
+        ``failed``, each hook that raises in ``hook_errors``. A dead kernel
+        is restarted first. Raises :class:`KernelError` if neither file is usable.
+        """
+        payload = snapshots.restore_request(path)
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            # A restart here needs no note: the namespace is replaced anyway.
+            await self._ensure_alive()
+            reply = await self._silent_call(payload)
+        return snapshots.restore_report(reply, path)
+
+    async def _silent_call(self, payload: str) -> JSONDict:
+        deadline = asyncio.get_running_loop().time() + snapshots.SNAPSHOT_TIMEOUT
+        code = snapshots.CALL.format(payload=PAYLOAD_EXPR)
+        return await self._proc.silent(code, payload=payload, deadline=deadline)
+
     # -- cells ----------------------------------------------------------------------------
 
     # ``timeout`` is a limit that interrupts the kernel, not a cancel scope.
@@ -301,7 +407,7 @@ class Kernel:
         await self._lock.acquire()
         try:
             self._check_open()
-            run = _Run(OutputCollector(max_chars=self.max_output_chars, on_output=on_output))
+            run = Run(OutputCollector(max_chars=self.max_output_chars, on_output=on_output))
             task = asyncio.get_running_loop().create_task(
                 self._execute_locked(code, timeout, run), name="recursa-kernel-cell"
             )
@@ -321,9 +427,9 @@ class Kernel:
     def _release_lock(self, task: asyncio.Task[CellOutput]) -> None:
         self._lock.release()
 
-    async def _execute_locked(self, code: str, limit: float, run: _Run) -> CellOutput:
+    async def _execute_locked(self, code: str, limit: float, run: Run) -> CellOutput:
         before = await self._ensure_alive()
-        untold = _join(self._carried, before)
+        untold = notes.join(self._carried, before)
         self._carried = ""
         if run.abandoned():  # cancelled while the kernel was restarted: run nothing
             self._carried = untold
@@ -331,7 +437,15 @@ class Kernel:
         self._stop = None
         self._running = True
         try:
-            out = await self._run_cell(code, limit, run)
+            out = await run_cell(
+                self._proc,
+                code,
+                limit,
+                run,
+                grace=self.interrupt_grace,
+                requested=lambda: self._stop,
+                restart=self._restart_locked,
+            )
         except BaseException:
             self._carried = untold  # not told: the caller gets an exception
             raise
@@ -339,12 +453,12 @@ class Kernel:
             self._running = False
             self._stop = None
         if run.abandoned():
-            self._carried = _join(untold, _after_cancel(run))
+            self._carried = notes.join(untold, notes.after_cancel(run.replaced, run.exit))
         elif untold:
-            out = replace(out, note=_join(untold, out.note), restarted=True)
+            out = replace(out, note=notes.join(untold, out.note), restarted=True)
         return out
 
-    def _abandon(self, run: _Run, task: asyncio.Task[CellOutput]) -> None:
+    def _abandon(self, run: Run, task: asyncio.Task[CellOutput]) -> None:
         """The caller of :meth:`execute` was cancelled: stop the cell, tell nobody."""
         run.abandon()
         if not task.done():
@@ -355,123 +469,7 @@ class Kernel:
         if task.cancelled() or task.exception() is not None:
             return
         if task.result().restarted and run.replaced != "requested":
-            self._carried = _join(self._carried, _LOST_RESTART)
-
-    async def _run_cell(self, code: str, limit: float, run: _Run) -> CellOutput:
-        proc = self._proc
-        channels = proc.channels
-        assert channels is not None
-        loop = asyncio.get_running_loop()
-        collector = run.collector
-        # Output of earlier requests (late iopub, stale replies) is not this cell's.
-        while channels.recv_iopub() is not None or channels.recv_shell() is not None:
-            pass
-        started = loop.time()
-        deadline = started + limit
-        reply: JSONDict | None = None
-        idle = False
-        stopping: Stopping | None = None
-        give_up_at = float("inf")  # when an interrupted cell is declared stuck
-
-        def finish(status: ExecStatus, note: str = "") -> CellOutput:
-            count = reply.get("execution_count") if reply is not None else None
-            return CellOutput(
-                status=status,
-                parts=collector.parts(),
-                execution_count=count if isinstance(count, int) else None,
-                duration=loop.time() - started,
-                note=_join(note, collector.note()),
-                restarted=run.replaced is not None,
-            )
-
-        with channels.request():
-            msg_id = channels.send("execute_request", execute_content(code, silent=False))
-            try:
-                while True:
-                    while (frames := channels.recv_iopub()) is not None:
-                        msg = channels.parse(frames, want=msg_id)
-                        if msg is None or msg.parent_id != msg_id:
-                            continue
-                        if msg.msg_type == "status":
-                            idle = idle or msg.content.get("execution_state") == "idle"
-                        else:
-                            collector.add(msg)
-                    if reply is None:
-                        reply = find_reply(channels, msg_id)
-                        if reply is not None:
-                            deadline = max(deadline, loop.time() + IDLE_AFTER_REPLY)
-                    now = loop.time()
-                    if reply is not None and (idle or now >= deadline):
-                        return finish(*_settled(reply, stopping, limit))
-                    if not proc.is_alive():
-                        return finish(*await self._after_death(stopping, limit, run))
-                    if self._stop == "shutdown":
-                        return finish("interrupted", "the kernel was shut down while the cell ran")
-                    if self._stop == "restart":
-                        run.replaced = "requested"
-                        await self._restart_locked()
-                        return finish("interrupted", _RESTARTED_ON_REQUEST)
-                    if reply is None:
-                        if stopping is None and (self._stop == "interrupt" or now >= deadline):
-                            stopping = "interrupt" if self._stop == "interrupt" else "timeout"
-                            await proc.interrupt()
-                            give_up_at = now + self.interrupt_grace
-                        elif stopping is not None and now >= give_up_at:
-                            run.replaced = "stuck"
-                            await self._restart_locked()
-                            return finish(*_stuck(stopping, limit))
-                    # Until the reply, an interrupted cell is watched against its
-                    # grace; after it, only the wait for idle is bounded.
-                    wake_at = give_up_at if stopping is not None and reply is None else deadline
-                    await channels.wait(min(wake_at, proc.next_check(now)))
-            except asyncio.CancelledError:
-                # Only the event loop's own teardown cancels this task (a
-                # caller's cancellation is shielded): do not leave it running.
-                if stopping is None:
-                    with contextlib.suppress(Exception):
-                        await proc.interrupt()
-                raise
-
-    async def _after_death(
-        self, stopping: Stopping | None, limit: float, run: _Run
-    ) -> tuple[ExecStatus, str]:
-        how = self._proc.exit_description()
-        run.replaced, run.exit = "died", how
-        await self._restart_locked()
-        gone = "so it was restarted; all variables are gone"
-        if stopping == "timeout":
-            return "timeout", (
-                f"the cell ran past its {_seconds(limit)} limit and the kernel died "
-                f"when interrupted ({how}), {gone}"
-            )
-        if stopping == "interrupt":
-            return "interrupted", f"the kernel died when the cell was interrupted ({how}), {gone}"
-        return "kernel_died", f"the kernel process died while the cell ran ({how}), {gone}"
-
-
-_RESTARTED_ON_REQUEST = (
-    "the kernel was restarted on request while the cell ran; all variables are gone"
-)
-_LOST_RESTART = (
-    "the kernel was restarted during or before the previous cell, whose outcome was lost "
-    "when it was cancelled; variables from earlier cells are gone"
-)
-_AFTER_CANCEL = (
-    "so the kernel was restarted before this cell ran; variables from earlier cells are gone"
-)
-
-
-def _after_cancel(run: _Run) -> str:
-    """What the next cell is told of a restart that a cancelled cell needed.
-    A restart someone asked for is theirs to tell."""
-    if run.replaced == "stuck":
-        return f"the previous cell was cancelled but did not stop when interrupted, {_AFTER_CANCEL}"
-    if run.replaced == "died":
-        return (
-            f"the kernel died ({run.exit}) while the previous, cancelled cell was being "
-            f"stopped, {_AFTER_CANCEL}"
-        )
-    return ""
+            self._carried = notes.join(self._carried, notes.LOST_RESTART)
 
 
 def _log_failure(task: asyncio.Task[CellOutput]) -> None:
@@ -481,46 +479,16 @@ def _log_failure(task: asyncio.Task[CellOutput]) -> None:
         log.warning("stopping a cancelled cell failed: %s", exc)
 
 
-def _settled(reply: JSONDict, stopping: Stopping | None, limit: float) -> tuple[ExecStatus, str]:
-    """Status and note of a cell whose reply came."""
-    if stopping == "timeout":
-        return "timeout", (
-            f"the cell ran past its {_seconds(limit)} limit and was interrupted; variables are kept"
-        )
-    if stopping == "interrupt":
-        return "interrupted", "the cell was interrupted on request; variables are kept"
-    status = reply.get("status")
-    if status == "ok":
-        return "ok", ""
-    if status == "aborted":
-        return "error", "the kernel aborted the cell without running it"
-    return "error", ""
-
-
-def _stuck(stopping: Stopping, limit: float) -> tuple[ExecStatus, str]:
-    """Status and note of a cell that ignored its interrupt."""
-    if stopping == "timeout":
-        return "timeout", (
-            f"the cell ran past its {_seconds(limit)} limit and did not stop when interrupted, "
-            "so the kernel was restarted; all variables are gone"
-        )
-    return "interrupted", (
-        "the cell was interrupted on request but did not stop, "
-        "so the kernel was restarted; all variables are gone"
-    )
-
-
 def _absolute(path: Path) -> Path:
     # Relative to this process's directory, like the kernel's first start.
     return Path(os.path.abspath(path))
 
 
-def _seconds(value: float) -> str:
-    return f"{value:g} s"
-
-
-def _join(*notes: str) -> str:
-    return "; ".join(n for n in notes if n)
-
-
-__all__ = ["DEFAULT_INTERRUPT_GRACE", "DEFAULT_STARTUP_TIMEOUT", "IDLE_AFTER_REPLY", "Kernel"]
+__all__ = [
+    "ATTACH_TIMEOUT",
+    "DEFAULT_INTERRUPT_GRACE",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "IDLE_PROBE",
+    "AttachOutcome",
+    "Kernel",
+]

@@ -1,9 +1,11 @@
-"""What running a cell produces: a pure value the session turns into events."""
+"""What the kernel hands back: a cell's outcome, a snapshot's and a restore's
+reports. Pure values the session turns into events."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 ExecStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died"]
@@ -81,6 +83,40 @@ class CellOutput:
         return text
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotReport:
+    """What a snapshot of the namespace kept.
+
+    ``names``: the variables written, in the namespace's order. ``skipped``:
+    each variable left out, with why in one line (``"TextIOWrapper: cannot
+    pickle an open file"``, or that it did not fit in the size cap); a
+    restore hook that could not be kept appears as ``on_restore(NAME)``.
+    ``size``: the file's size in bytes.
+    """
+
+    names: tuple[str, ...]
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What a restore put back.
+
+    ``names``: the variables restored. ``failed``: each variable of the
+    snapshot that could not be unpickled, with why in one line (a module
+    no longer importable, or a value that refers to one that failed).
+    ``hook_errors``: one line for each restore hook that raised (the others
+    still ran). ``note``: one line when the snapshot was torn or damaged
+    and the one before it (``<path>.prev``) was restored instead; else ``""``.
+    """
+
+    names: tuple[str, ...]
+    failed: Mapping[str, str] = field(default_factory=dict)
+    hook_errors: tuple[str, ...] = ()
+    note: str = ""
+
+
 def collapse_redraws(text: str) -> str:
     """Each line as a terminal would leave it after carriage returns: the text
     after its last ``\r`` (``\r\n`` is a plain line break, and a ``\r`` at
@@ -134,6 +170,8 @@ __all__ = [
     "ExecStatus",
     "OutputPart",
     "PartKind",
+    "RestoreReport",
+    "SnapshotReport",
     "bound_text",
     "clean_text",
     "collapse_redraws",

@@ -130,11 +130,14 @@ def shared_context() -> zmq.asyncio.Context:
 
 
 class Channels:
-    """The shell and iopub sockets of one kernel process, driven from one event loop.
+    """The shell, iopub and control sockets of one kernel process, driven from one
+    event loop. Control carries what must reach a kernel whose shell is busy
+    with a cell: the liveness probe of a reattach, and the shutdown request.
 
     Invariants: not thread-safe, every method runs on the loop that created
     it; iopub messages that arrive while :attr:`busy` is false belong to no
-    request and are discarded.
+    request and are discarded, and so are control messages while
+    :attr:`asking_control` is false (late answers to probes sent again).
     """
 
     def __init__(self, connection: Mapping[str, Any], loop: asyncio.AbstractEventLoop) -> None:
@@ -143,23 +146,32 @@ class Channels:
         self._loop = loop
         self.busy = False
         """True while a request is in flight (set by its owner)."""
+        self.asking_control = False
+        """True while a request on control awaits its reply (set by its owner)."""
         self._pending = False
         self._waiter: asyncio.Future[None] | None = None
         ctx = shared_context()
         self.shell: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.DEALER)
         self.iopub: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.SUB)
+        self.control: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.DEALER)
+        self._sockets = (self.shell, self.iopub, self.control)
         self._fds: list[int] = []
         try:
             # No limit on shell, whose few replies must all arrive. On iopub
             # the limit is safe only because the kernel does not drop a
             # message when it is reached (see the module docstring).
             self.shell.rcvhwm = 0
+            self.control.rcvhwm = 0
             self.iopub.rcvhwm = IOPUB_QUEUE_MESSAGES
-            for sock, port in ((self.shell, "shell_port"), (self.iopub, "iopub_port")):
+            for sock, port in (
+                (self.shell, "shell_port"),
+                (self.iopub, "iopub_port"),
+                (self.control, "control_port"),
+            ):
                 sock.linger = 0
                 sock.connect(_address(connection, port))
             self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
-            for sock in (self.shell, self.iopub):
+            for sock in self._sockets:
                 fd = sock.fileno()
                 loop.add_reader(fd, self._on_readable, sock)
                 self._fds.append(fd)
@@ -172,7 +184,10 @@ class Channels:
         # clears the descriptor; without it the selector would fire forever.
         try:
             ready = bool(int(sock.get(_EVENTS)) & _POLLIN)
-            if ready and not self.busy and sock is self.iopub:
+            if ready and (
+                (sock is self.iopub and not self.busy)
+                or (sock is self.control and not self.asking_control)
+            ):
                 # Between requests nobody reads iopub, and the receive queue
                 # has no limit: output of a background thread would pile up.
                 while _recv(sock) is not None:
@@ -220,9 +235,9 @@ class Channels:
             if timer is not None:
                 timer.cancel()
 
-    def send(self, msg_type: str, content: JSONDict) -> str:
-        """Send a request on the shell socket; return its ``msg_id``."""
-        msg = self.session.send(self.shell, msg_type, content)
+    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+        """Send a request on the shell (or control) socket; return its ``msg_id``."""
+        msg = self.session.send(self.control if control else self.shell, msg_type, content)
         if msg is None:  # Session refuses to send from a forked child
             raise KernelError("a kernel's channels cannot be used from a forked process")
         return str(msg["msg_id"])
@@ -237,17 +252,73 @@ class Channels:
     def recv_iopub(self) -> list[bytes] | None:
         return _recv(self.iopub)
 
+    def recv_control(self) -> list[bytes] | None:
+        return _recv(self.control)
+
     def close(self) -> None:
         """Unregister and close both sockets. Idempotent."""
         for fd in self._fds:
             self._loop.remove_reader(fd)
         self._fds.clear()
-        for sock in (self.shell, self.iopub):
+        for sock in self._sockets:
             if not sock.closed:
                 sock.close(linger=0)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def find_reply(
+    channels: Channels, msg_id: str, msg_type: str = "execute_reply", *, control: bool = False
+) -> JSONDict | None:
+    """Drain the shell (or control) socket; the content of the reply to ``msg_id``
+    if it came. Other messages there (stale replies) are dropped."""
+    recv = channels.recv_control if control else channels.recv_shell
+    found: JSONDict | None = None
+    while (frames := recv()) is not None:
+        msg = channels.parse(frames, want=msg_id)
+        if msg is not None and msg.parent_id == msg_id and msg.msg_type == msg_type:
+            found = msg.content
+    return found
+
+
+def execute_content(code: str, *, silent: bool) -> JSONDict:
+    """An ``execute_request``'s content: history unless silent, never stdin."""
+    return {
+        "code": _encodable(code),
+        "silent": silent,
+        "store_history": not silent,
+        "user_expressions": {},
+        "allow_stdin": False,
+        # One request is in flight at a time, so there is never a queue to
+        # abort; False avoids racing the kernel's post-error abort window.
+        "stop_on_error": False,
+    }
+
+
+def _encodable(code: str) -> str:
+    """``code`` with lone surrogates written as ``\\udXXX`` escapes.
+
+    ipykernel never answers a request whose code holds a lone surrogate (its
+    own messages about that code fail to encode), so the cell would hang
+    until its limit and cost a restart.
+    As an escape, one inside a string literal still means the same character.
+    """
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError:
+        return code.encode("utf-8", "backslashreplace").decode("utf-8")
+    return code
+
+
+def utf8(text: str) -> str:
+    """``text`` with lone surrogates replaced by ``?``, so that it encodes:
+    the session's JSON packer raises on most of them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -298,8 +369,11 @@ __all__ = [
     "Channels",
     "JSONDict",
     "Message",
+    "execute_content",
+    "find_reply",
     "make_session",
     "parse_message",
     "pidfd_open",
     "shared_context",
+    "utf8",
 ]
