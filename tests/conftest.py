@@ -47,6 +47,27 @@ def _no_leaked_processes() -> Iterator[None]:
         pytest.fail(f"the test left child processes running: {names}")
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_daemon(_isolated_home: Path) -> Iterator[None]:
+    """A daemon (and its kernels) started by a test is detached from it, so the
+    child-process check cannot see it: fail the test that leaves one running."""
+    yield
+    from recursa.daemon.paths import DaemonPaths, read_state
+
+    state_file = _isolated_home / "daemon.json"
+    if not state_file.exists():
+        return
+    state = read_state(DaemonPaths.for_home(_isolated_home))
+    if state is None or not psutil.pid_exists(state.pid):
+        return
+    daemon = psutil.Process(state.pid)
+    family = [daemon, *daemon.children(recursive=True)]
+    for proc in family:
+        proc.kill()
+    psutil.wait_procs(family, timeout=10)
+    pytest.fail(f"the test left a daemon running (pid {state.pid})")
+
+
 @pytest.fixture
 def home(_isolated_home: Path) -> Path:
     return _isolated_home

@@ -38,6 +38,11 @@ The file, field by field::
     interrupt_grace = "3s"              # an interrupted cell's time to stop before a restart
     max_output_chars = 20000000         # one cell's output held in memory, at least 10000
 
+    [sessions]
+    idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
+    snapshot_max_mb = 1024              # a namespace snapshot's cap; what does not fit is listed
+    checkpoint = "turn"                 # snapshot after every turn that ran cells, or "unload" only
+
     [local]
     n_ctx = 8192                        # context length for embedded models
     threads = 0                         # 0 = all cores
@@ -76,6 +81,8 @@ DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 DEFAULT_LOCAL_N_CTX = 8192
+DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+DEFAULT_SNAPSHOT_MAX_MB = 1024
 
 KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
     {
@@ -156,6 +163,15 @@ class KernelConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionsConfig:
+    """Session lifecycle in a daemon. ``idle_timeout`` None: never unload."""
+
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
+    snapshot_max_bytes: int = DEFAULT_SNAPSHOT_MAX_MB << 20
+    checkpoint_each_turn: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class LocalConfig:
     n_ctx: int = DEFAULT_LOCAL_N_CTX
     threads: int = 0
@@ -173,6 +189,7 @@ class Config:
     context_windows: Mapping[str, int] = field(default_factory=dict)
     limits: Limits = Limits()
     kernel: KernelConfig = KernelConfig()
+    sessions: SessionsConfig = SessionsConfig()
     local: LocalConfig = LocalConfig()
 
     @property
@@ -200,6 +217,12 @@ def parse_duration(value: object, *, key: str) -> float | None:
     if seconds < 0:
         raise ConfigError(f"{key}: a duration cannot be negative")
     return seconds or None
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, to start a child process (the daemon)
+    with; the caller decides what to leave out."""
+    return dict(os.environ)
 
 
 def debug_enabled() -> bool:
@@ -230,7 +253,16 @@ def load_config(
     home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
     path = file or Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
     data = _read_toml(path)
-    known = {"model", "providers", "prices", "context_windows", "limits", "kernel", "local"}
+    known = {
+        "model",
+        "providers",
+        "prices",
+        "context_windows",
+        "limits",
+        "kernel",
+        "sessions",
+        "local",
+    }
     for key in data:
         if key not in known:
             raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
@@ -280,6 +312,7 @@ def load_config(
             interrupt_grace=grace,
             max_output_chars=max_output,
         ),
+        sessions=_sessions(_table(data, "sessions", path), path),
         local=_local(_table(data, "local", path), _cache_dir(environ), path),
     )
 
@@ -466,6 +499,22 @@ def _limits(table: dict[str, Any], path: Path) -> Limits:
     )
 
 
+def _sessions(table: dict[str, Any], path: Path) -> SessionsConfig:
+    _check_keys(table, {"idle_timeout", "snapshot_max_mb", "checkpoint"}, "sessions", path)
+    idle = parse_duration(
+        table.get("idle_timeout", DEFAULT_IDLE_TIMEOUT), key="sessions.idle_timeout"
+    )
+    cap = _number(table, "snapshot_max_mb", DEFAULT_SNAPSHOT_MAX_MB, path, "sessions.")
+    checkpoint = table.get("checkpoint", "turn")
+    if checkpoint not in ("turn", "unload"):
+        raise ConfigError(f"{path}: sessions.checkpoint must be 'turn' or 'unload'")
+    return SessionsConfig(
+        idle_timeout=idle,
+        snapshot_max_bytes=max(1, int(cap)) << 20,
+        checkpoint_each_turn=checkpoint == "turn",
+    )
+
+
 def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:
     _check_keys(table, {"n_ctx", "threads", "models_dir"}, "local", path)
     n_ctx = _number(table, "n_ctx", DEFAULT_LOCAL_N_CTX, path, "local.")
@@ -487,8 +536,10 @@ __all__ = [
     "Price",
     "ProviderConfig",
     "ProviderKind",
+    "SessionsConfig",
     "color_enabled",
     "debug_enabled",
+    "environment",
     "kernel_environment",
     "load_config",
     "parse_duration",

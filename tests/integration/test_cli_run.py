@@ -1,5 +1,6 @@
-"""``recursa run`` as a user runs it: a real process, real kernels, real HTTP to
-the loopback fake server. Only the model's replies are scripted."""
+"""``recursa run --no-daemon`` as a user runs it: a real process, real kernels,
+real HTTP to the loopback fake server. Only the model's replies are scripted.
+(The daemon path is tested in test_daemon_sessions.py.)"""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def recursa(
     stdin: str | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
+    if args and args[0] == "run":
+        args = ["run", "--no-daemon", *args[1:]]
     return subprocess.run(
         [sys.executable, "-m", "recursa", *args],
         env={**os.environ, **env},
@@ -237,6 +240,7 @@ def test_undecodable_bytes_in_the_task_are_kept_not_fatal(
             b"-m",
             b"recursa",
             b"run",
+            b"--no-daemon",
             b"--json",
             b"--model",
             b"openai/m",
@@ -259,7 +263,17 @@ def test_ctrl_c_at_the_interactive_prompt_exits(
 ) -> None:
     server.push(Reply(text="first answer"))
     with subprocess.Popen(
-        [sys.executable, "-m", "recursa", "run", "--interactive", "--model", "openai/m", "hello"],
+        [
+            sys.executable,
+            "-m",
+            "recursa",
+            "run",
+            "--no-daemon",
+            "--interactive",
+            "--model",
+            "openai/m",
+            "hello",
+        ],
         env={**os.environ, **openai_env(server, home)},
         cwd=tmp_path,
         stdin=subprocess.PIPE,  # left open: the prompt waits for a line

@@ -27,7 +27,7 @@ pytestmark = [
 def test_recursa_run_on_the_smallest_real_model(home: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [
-            sys.executable, "-m", "recursa", "run", "--json", "--model", "local/tiny", "--max-steps", "3",
+            sys.executable, "-m", "recursa", "run", "--no-daemon", "--json", "--model", "local/tiny", "--max-steps", "3",
             "Write a python code block that prints 6 * 7.",
         ],
         env={**os.environ, "RECURSA_HOME": str(home)},

@@ -100,9 +100,12 @@ class Harness:
         def call(req: Request) -> AsyncIterator[StreamEvent]:
             return with_retries(lambda: self.provider.stream(req), max_retries=2, sleep=no_sleep)
 
-        def steers() -> list[UserInput]:
+        def deliver_steers() -> int:
             taken, self.steer_queue[:] = list(self.steer_queue), []
-            return taken
+            for steer in taken:
+                self.events.append(steer)
+                self.conversation.apply(steer)
+            return len(taken)
 
         def next_cell() -> int:
             self.cells += 1
@@ -112,7 +115,7 @@ class Harness:
             model=call,
             request=request,
             execute=execute,
-            steers=steers,
+            deliver_steers=deliver_steers,
             cost=lambda usage: usage.total_tokens * 1e-6,
             next_cell=next_cell,
             clock=self.clock,

@@ -4,7 +4,7 @@ import io
 
 from recursa.cli.render import SHOWN_CELL_CHARS, TranscriptPrinter, printable, usage_line
 from recursa.protocol.events import CellFinished, CellOutput, CellStarted, Event, EventRecord
-from recursa.store import UsageTotals
+from recursa.protocol.wire import Usage as UsageTotals
 
 
 def rec(event: Event) -> EventRecord:

@@ -121,3 +121,13 @@ def test_kernel_records(store: Store) -> None:
     assert [k.session_id for k in store.kernels.all()] == [sid]
     store.kernels.forget(sid)
     assert store.kernels.all() == []
+
+
+def test_undecodable_text_in_a_message_is_kept_exactly(store: Store) -> None:
+    sid = session(store)
+    text = "caf\udce9 \ud800 ok"
+    store.inbox.enqueue(sid, text)
+    [message] = store.inbox.pending(sid)
+    assert message.text == text
+    [record] = store.inbox.deliver([message])
+    assert record.event == UserInput(text=text)

@@ -6,7 +6,6 @@ exit code; a traceback is only ever shown for a bug, with a note saying so.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import sys
 import traceback
@@ -14,6 +13,7 @@ import traceback
 import typer
 
 from recursa.config import debug_enabled
+from recursa.daemon.harden import harden_process
 from recursa.errors import RecursaError
 
 app = typer.Typer(
@@ -27,15 +27,17 @@ app = typer.Typer(
 
 def _register() -> None:
     # Commands live in their own modules; importing them registers them on `app`.
+    import recursa.cli.daemon
     import recursa.cli.models
-    import recursa.cli.run  # noqa: F401
+    import recursa.cli.run
+    import recursa.cli.sessions  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit. Typer handles usage errors (exit 2) and ``typer.Exit``;
     a :class:`RecursaError` becomes one line on stderr and its exit code; any other
     exception is a bug: one line (the traceback with ``RECURSA_DEBUG=1``), exit 1."""
-    _harden_process()
+    harden_process()
     for stream in (sys.stdout, sys.stderr):
         # Text from models and cells may carry lone surrogates (undecodable bytes);
         # print them as escapes rather than fail.
@@ -59,23 +61,6 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(1)
-
-
-def _harden_process() -> None:
-    """Make this process non-dumpable (Linux): other processes of the same user,
-    such as the model's kernels, can then no longer read its memory or its
-    ``/proc/PID/environ``, where provider keys from the shell may sit. (Root
-    and CAP_SYS_PTRACE holders still can.)"""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-_PR_SET_DUMPABLE = 4
 
 
 __all__ = ["app", "main"]

@@ -27,6 +27,7 @@ from recursa.protocol.events import (
     UserInput,
     json_text,
 )
+from recursa.protocol.wire import Usage
 from recursa.store import UsageTotals
 
 _RESET = "\x1b[0m"
@@ -60,7 +61,7 @@ _STYLES = {
 LIMIT_REASONS = frozenset({"max_steps", "max_tokens", "max_time"})
 
 
-def usage_line(totals: UsageTotals) -> str:
+def usage_line(totals: Usage) -> str:
     """One line of usage: calls, tokens, and a cost that never reads as free when unknown."""
     cached = f" ({totals.cached_tokens:,} cached)" if totals.cached_tokens else ""
     if totals.calls and totals.unknown_cost_calls == totals.calls:
@@ -75,15 +76,27 @@ def usage_line(totals: UsageTotals) -> str:
     return f"{calls} · {totals.input_tokens:,} in{cached} / {totals.output_tokens:,} out tokens · {cost}"
 
 
-def usage_dict(totals: UsageTotals) -> dict[str, object]:
+def usage_dict(totals: Usage) -> dict[str, object]:
     return {
         "calls": totals.calls,
         "input_tokens": totals.input_tokens,
         "output_tokens": totals.output_tokens,
         "cached_tokens": totals.cached_tokens,
-        "cost": round(totals.cost, 6) if totals.cost_complete else None,
+        "cost": round(totals.cost, 6) if not totals.unknown_cost_calls else None,
         "unknown_cost_calls": totals.unknown_cost_calls,
     }
+
+
+def usage_of(totals: UsageTotals) -> Usage:
+    """The store's totals as the wire's usage value."""
+    return Usage(
+        calls=totals.calls,
+        input_tokens=totals.input_tokens,
+        output_tokens=totals.output_tokens,
+        cached_tokens=totals.cached_tokens,
+        cost=totals.cost,
+        unknown_cost_calls=totals.unknown_cost_calls,
+    )
 
 
 @dataclass
@@ -190,7 +203,7 @@ class TranscriptPrinter:
             case _:
                 pass
 
-    def summary(self, totals: UsageTotals, elapsed: float) -> None:
+    def summary(self, totals: Usage, elapsed: float) -> None:
         self._line(self._style("dim", f"── {usage_line(totals)} · {elapsed:.1f} s"))
 
 
@@ -207,4 +220,5 @@ __all__ = [
     "printable",
     "usage_dict",
     "usage_line",
+    "usage_of",
 ]

@@ -1,5 +1,10 @@
 """``recursa run``: one session in the current directory, start to answer.
 
+By default the session lives in the daemon (started when none runs): the
+command follows it and exits when it is idle; ``--detach`` returns at once
+with the session id; Ctrl-C interrupts the turn, a second Ctrl-C detaches.
+``--no-daemon`` runs everything in this process instead.
+
 Exit codes: 0 answered; 4 the provider failed; 8 a limit was reached;
 9 the model made no progress (empty or cut-off replies, one cell repeated);
 130 interrupted; 1 anything else.
@@ -12,9 +17,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -22,13 +25,16 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
-from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line, usage_dict
-from recursa.config import Config, color_enabled, load_config, parse_duration
+from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
+from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line, usage_dict, usage_of
+from recursa.config import Config, color_enabled, environment, load_config, parse_duration
+from recursa.daemon import process
+from recursa.daemon.client import DaemonClient
 from recursa.errors import UsageError
-from recursa.protocol.events import EventRecord, StatusChanged, TurnEnded, record_to_dict
+from recursa.protocol.events import TurnEnded
+from recursa.protocol.wire import CreateSession, SendMessage, Usage
 from recursa.runtime import Runtime
 from recursa.session import Session
-from recursa.store import UsageTotals
 
 EXIT_BY_REASON = {
     "answered": 0,
@@ -72,6 +78,12 @@ def run(
         Path | None, typer.Option(help="Working directory (default: the current one).")
     ] = None,
     name: Annotated[str | None, typer.Option(help="A name for the session.")] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start it in the daemon; print the session id.")
+    ] = False,
+    no_daemon: Annotated[
+        bool, typer.Option("--no-daemon", help="Run in this process, without the daemon.")
+    ] = False,
 ) -> None:
     """Run an agent on TASK in a persistent kernel and print its answer."""
     if task == "-":
@@ -93,9 +105,64 @@ def run(
         )
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
-    config = replace(config, limits=limits)
-    code = asyncio.run(_run(config, task, model, json_lines, interactive, cwd, name))
+    if detach and (no_daemon or interactive):
+        raise UsageError("--detach needs the daemon and no --interactive")
+    if no_daemon:
+        config = replace(config, limits=limits)
+        code = asyncio.run(_run(config, task, model, json_lines, interactive, cwd, name))
+    else:
+        request = CreateSession(
+            task=task if task and task.strip() else None,
+            model=model,
+            cwd=str((cwd or Path.cwd()).resolve()),
+            name=name,
+            max_steps=max_steps,
+            max_tokens=max_tokens,
+            max_time=parse_duration(max_time, key="--max-time") or 0.0
+            if max_time is not None
+            else None,
+            cell_timeout=limits.cell_timeout if cell_timeout is not None else None,
+        )
+        code = asyncio.run(_run_in_daemon(config, request, json_lines, interactive, detach))
     raise typer.Exit(code)
+
+
+async def _run_in_daemon(
+    config: Config, request: CreateSession, json_lines: bool, interactive: bool, detach: bool
+) -> int:
+    """Create the session in the daemon (started when none runs) and follow it."""
+    started = time.monotonic()
+    await process.ensure_running(config.home, env=environment())
+    async with DaemonClient(config.home) as client:
+        info = await client.create_session(request)
+        if detach:
+            print(f"started; follow it with: recursa attach {info.id}", file=sys.stderr)
+            print(info.id)
+            return 0
+        printer = TranscriptPrinter(color=color_enabled(sys.stderr))
+        state = Follow()
+        if request.task is not None:
+            await follow_until_idle(client, info.id, state, printer, json_lines=json_lines)
+            _answer(state.last_end, json_lines)
+        if interactive and not state.detached:
+            printer.echo_user = False
+            async for line in stdin_lines():
+                if not line.strip():
+                    continue
+                await client.send(info.id, SendMessage(line, mode="follow_up"))
+                state.seen_turn = False
+                state = await follow_until_idle(
+                    client, info.id, state, printer, json_lines=json_lines
+                )
+                _answer(state.last_end, json_lines)
+                if state.detached:
+                    break
+        usage = (await client.session(info.id)).usage
+    if state.detached:
+        print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
+        return 130
+    _finish(info.id, state.last_end, usage, printer, json_lines, time.monotonic() - started)
+    return EXIT_BY_REASON.get(state.last_end.reason, 1) if state.last_end is not None else 0
 
 
 async def _run(
@@ -112,8 +179,8 @@ async def _run(
     async with await Runtime.open(config, warm_kernels=0) as runtime:
         session = await runtime.create_session(model=model, cwd=cwd, name=name)
         for record in session.history():  # what was recorded before we listened
-            _show(record, printer, json_lines)
-        session.listen(lambda record: _show(record, printer, json_lines))
+            show(record, printer, json_lines)
+        session.listen(lambda record: show(record, printer, json_lines))
         interrupts = _Interrupts(session)
         interrupts.install()
         end: TurnEnded | None = None
@@ -122,7 +189,7 @@ async def _run(
                 end = await _turn(session, task, json_lines)
             if interactive:
                 printer.echo_user = False  # what is typed at the prompt is on screen already
-                async for line in _stdin_lines():
+                async for line in stdin_lines():
                     if line.strip():
                         end = await _turn(session, line, json_lines)
         except asyncio.CancelledError:
@@ -131,8 +198,8 @@ async def _run(
             end = session.last_end
         finally:
             interrupts.remove()
-        totals = runtime.store.usage_totals(session.id)
-        _finish(session, end, totals, printer, json_lines, time.monotonic() - started)
+        totals = usage_of(runtime.store.usage_totals(session.id))
+        _finish(session.id, end, totals, printer, json_lines, time.monotonic() - started)
         if interrupts.hard:
             return 130
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
@@ -142,25 +209,21 @@ async def _turn(session: Session, text: str, json_lines: bool) -> TurnEnded | No
     """One turn; its answer goes to stdout as soon as it is known."""
     session.send(text, mode="follow_up")
     end = await session.wait_idle()
-    if not json_lines and end is not None and end.reason == "answered" and end.answer is not None:
-        sys.stdout.write(end.answer.rstrip() + "\n")
-        sys.stdout.flush()
+    _answer(end, json_lines)
     return end
 
 
-def _show(record: EventRecord, printer: TranscriptPrinter, json_lines: bool) -> None:
-    if json_lines:
-        if record.seq:
-            json_line(record_to_dict(record), sys.stdout)
-    elif not isinstance(record.event, StatusChanged):
-        printer.handle(record)
-        sys.stderr.flush()
+def _answer(end: TurnEnded | None, json_lines: bool) -> None:
+    """A turn's answer on stdout, as soon as it is known (not in --json mode)."""
+    if not json_lines and end is not None and end.reason == "answered" and end.answer is not None:
+        sys.stdout.write(end.answer.rstrip() + "\n")
+        sys.stdout.flush()
 
 
 def _finish(
-    session: Session,
+    session_id: str,
     end: TurnEnded | None,
-    totals: UsageTotals,
+    totals: Usage,
     printer: TranscriptPrinter,
     json_lines: bool,
     elapsed: float,
@@ -168,7 +231,7 @@ def _finish(
     if json_lines:
         result: dict[str, object] = {
             "type": "result",
-            "session_id": session.id,
+            "session_id": session_id,
             "reason": end.reason if end else None,
             "answer": end.answer if end else None,
             "detail": end.detail if end else "",
@@ -184,33 +247,6 @@ def _finish(
         print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
     else:
         print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
-
-
-async def _stdin_lines() -> AsyncIterator[str]:
-    """Lines typed at a ``you ▸`` prompt, until end of input.
-
-    A daemon thread does the blocking reads, so Ctrl-C at the prompt can end
-    the program at once (a thread from the default executor would be joined
-    at exit and keep it waiting for a line).
-    """
-    loop = asyncio.get_running_loop()
-    lines: asyncio.Queue[str | None] = asyncio.Queue()
-
-    def read() -> None:
-        while True:
-            line = sys.stdin.readline()
-            loop.call_soon_threadsafe(lines.put_nowait, line or None)
-            if not line:
-                return
-
-    threading.Thread(target=read, name="stdin", daemon=True).start()
-    while True:
-        sys.stderr.write("you ▸ ")
-        sys.stderr.flush()
-        line = await lines.get()
-        if line is None:
-            return
-        yield line
 
 
 class _Interrupts:

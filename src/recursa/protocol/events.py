@@ -48,7 +48,9 @@ TurnEndReason = Literal[
     "interrupted",
     "internal_error",
 ]
-KernelState = Literal["starting", "ready", "restarted", "died", "stopped"]
+KernelState = Literal[
+    "starting", "ready", "restarted", "died", "stopped", "reattached", "snapshotted", "restored"
+]
 NoticeLevel = Literal["info", "warning", "error"]
 SessionStatus = Literal["admitted", "running", "idle", "inactive", "deleted"]
 """admitted → running ⇄ idle → inactive → idle; ``deleted`` is a tombstone (history kept)."""

@@ -1,8 +1,13 @@
 """The Runtime: store + providers + kernels + sessions, as one library object.
 
 ``recursa run --no-daemon``, the SDK and the tests host it in-process; the
-daemon hosts the same object. It owns every task and process it starts:
-:meth:`aclose` stops sessions, shuts kernels down and closes the store.
+daemon hosts the same object (:mod:`recursa.runtime.host`). It owns every
+task and process it starts: :meth:`aclose` stops sessions, shuts kernels down
+and closes the store.
+
+Sessions live in the store; a :class:`~recursa.session.Session` object is
+made for one when it is needed (:meth:`get`) and kept while the runtime runs.
+A session with no kernel is *inactive*; its next input loads it again.
 
 Typical SDK use::
 
@@ -18,19 +23,19 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import TracebackType
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config, Limits
-from recursa.errors import ModelUnavailable, NotFound, StoreError
+from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
 from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
 from recursa.models.types import Request, StreamEvent, Usage
 from recursa.protocol.events import SessionCreated
 from recursa.session import Session, SessionDeps
-from recursa.store import DB_FILE_NAME, Store
+from recursa.store import DB_FILE_NAME, SessionRow, Store
 
 EMBEDDED_DEFAULT = "local/qwen2.5-coder-1.5b"
 
@@ -120,22 +125,54 @@ class Runtime:
         """Admit a new root session. The model is resolved (and its provider
         checked) before anything is written, so a bad model leaves no trace."""
         ref = self.default_model(model)
-        provider, model_name = self.providers.get(ref)
-        info = self.providers.info(ref)
+        self.providers.info(ref)  # raises ModelUnavailable before anything is written
         cwd = (cwd or Path.cwd()).resolve()
-        row = self.store.create_session(model=ref, cwd=str(cwd), workspace="", name=name)
-        workspace = self.config.home / "sessions" / row.id
+        meta = {"limits": asdict(limits)} if limits is not None else None
+        with self.store.transaction():
+            row = self.store.create_session(
+                model=ref, cwd=str(cwd), workspace="", name=name, meta=meta
+            )
+            workspace = self.config.home / "sessions" / row.id
+            row = self.store.update_session(row.id, workspace=str(workspace))
+            self.store.append(row.id, SessionCreated(model=ref, cwd=str(cwd), name=name))
         try:
             workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise StoreError(
                 f"cannot create the session directory {workspace}: {exc.strerror}"
             ) from exc
-        self.store.update_session(row.id, workspace=str(workspace))
-        table = self.config.providers.get(parse_ref(ref).provider)
+        session = self._build(row)
+        self._sessions[row.id] = session
+        return session
+
+    def get(self, session_id: str) -> Session:
+        """The session object for ``session_id`` (an exact id), made from the store
+        when this runtime has not used it yet. Raises ``NotFound``."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            row = self.store.session(session_id)
+            session = self._build(row)
+            session.replay()
+            self._sessions[row.id] = session
+        return session
+
+    def find(self, session_id: str) -> Session | None:
+        """The session object for ``session_id`` if this runtime has made one."""
+        return self._sessions.get(session_id)
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The session objects this runtime has made (loaded or not)."""
+        return list(self._sessions.values())
+
+    def _build(self, row: SessionRow) -> Session:
+        provider, model_name = self.providers.get(row.model)
+        info = self.providers.info(row.model)
+        table = self.config.providers.get(parse_ref(row.model).provider)
         # Published prices hold for the official endpoints only; another server
         # answering to the same model name is priced by [prices] or unknown.
         builtin_prices = table is None or table.base_url is None
+        ref = row.model
 
         def call_model(request: Request) -> AsyncIterator[StreamEvent]:
             return provider.stream(request)
@@ -150,34 +187,78 @@ class Runtime:
             cost=cost,
             model_info=replace(info, ref=ref),
             model_name=model_name,
-            limits=limits or self.config.limits,
+            limits=_limits(row, self.config.limits),
             clock=self.clock,
+            workspace=Path(row.workspace),
             max_retries=table.max_retries if table else DEFAULT_MAX_RETRIES,
             retry_sleep=self.retry_sleep,
+            snapshot_max_bytes=self.config.sessions.snapshot_max_bytes,
+            checkpoint_each_turn=self.config.sessions.checkpoint_each_turn,
         )
-        session = Session(row.id, cwd, deps)
-        session.record(SessionCreated(model=ref, cwd=str(cwd), name=name))
-        self._sessions[row.id] = session
+        session = Session(row.id, Path(row.cwd), deps)
+        session.status = row.status
         return session
 
-    def session(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"no loaded session {session_id!r}")
-        return session
+    # -------------------------------------------------------------- recovery
 
-    @property
-    def sessions(self) -> list[Session]:
-        return list(self._sessions.values())
+    async def recover(self) -> list[Session]:
+        """After a restart: bring back, in parallel, every session that was doing
+        something or holds something (a live kernel, queued messages). Live
+        kernels are reattached; cut-short turns resume; queued messages are
+        delivered. Inactive sessions load when they are next used. Returns the
+        sessions brought back."""
+        kernels = {k.session_id for k in self.store.kernels.all()}
+        waiting = set(self.store.inbox.sessions_with_pending())
+        rows = [
+            r
+            for r in self.store.sessions()
+            if r.status in ("admitted", "running", "idle") or r.id in kernels or r.id in waiting
+        ]
+        sessions: list[Session] = []
+        for row in rows:
+            try:
+                session = self._build(row)
+            except ModelUnavailable as exc:
+                log.error("session %s cannot come back: %s", row.id, exc)
+                continue
+            self._sessions[row.id] = session
+            sessions.append(session)
+        results = await asyncio.gather(*(s.recover() for s in sessions), return_exceptions=True)
+        for session, result in zip(sessions, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("session %s: recovery failed: %s", session.id, result)
+        return sessions
 
-    async def aclose(self) -> None:
-        """Stop every session, shut every kernel down, close providers and the store.
-        Each step runs even when an earlier one failed; failures are logged."""
+    async def unload_idle(self) -> list[str]:
+        """Unload every session idle for longer than ``[sessions] idle_timeout``
+        (by the runtime's clock). Returns the ids unloaded."""
+        timeout = self.config.sessions.idle_timeout
+        if timeout is None:
+            return []
+        now = self.clock()
+        idle = [
+            s
+            for s in self._sessions.values()
+            if s.loaded and not s.running and s.status == "idle" and now - s.idle_since >= timeout
+        ]
+        for session in idle:
+            try:
+                await session.unload()
+            except Exception:
+                log.exception("session %s: unloading failed", session.id)
+        return [s.id for s in idle]
+
+    async def aclose(self, *, snapshot: bool = False) -> None:
+        """Stop every session and shut every kernel down (``snapshot``: unload them,
+        as a daemon's graceful stop does), close providers and the store. Each
+        step runs even when an earlier one failed; failures are logged."""
         if self._closed:
             return
         self._closed = True
         sessions, self._sessions = list(self._sessions.values()), {}
-        results = await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        results = await asyncio.gather(
+            *(s.close(snapshot=snapshot) for s in sessions), return_exceptions=True
+        )
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, Exception):
                 log.error("closing session %s failed: %s", session.id, result)
@@ -188,6 +269,18 @@ class Runtime:
                 await self.providers.aclose()
             finally:
                 self.store.close()
+
+
+def _limits(row: SessionRow, default: Limits) -> Limits:
+    """The limits a session was created with (kept in its row), else the default."""
+    stored = row.meta.get("limits")
+    if not isinstance(stored, dict):
+        return default
+    fields = {k: v for k, v in stored.items() if k in Limits.__dataclass_fields__}
+    try:
+        return Limits(**fields)  # type: ignore[arg-type]
+    except TypeError:
+        return default
 
 
 __all__ = ["EMBEDDED_DEFAULT", "Runtime"]

@@ -78,8 +78,9 @@ class TurnHooks:
     - ``execute(cell, call_id, code, time_limit)``: run a cell in the session's
       kernel and return its ``CellFinished``. It must not raise for anything
       the code does (errors, timeouts, a dead kernel are statuses).
-    - ``steers()``: the steering inputs that arrived since the last call,
-      removed from the inbox; they join the context before the next call.
+    - ``deliver_steers()``: put the steering messages that arrived since the
+      last call into the context (the session records their events itself,
+      each atomically with marking its message delivered); returns how many.
     - ``cost(usage)``: USD for a call, None when the price is unknown.
     - ``next_cell()``: the next cell number of the session (1, 2, ...).
     - ``clock()``: monotonic seconds.
@@ -92,7 +93,7 @@ class TurnHooks:
     model: Callable[[Request], AsyncIterator[StreamEvent]]
     request: Callable[[], Request]
     execute: Callable[[int, str, str, float], Awaitable[CellFinished]]
-    steers: Callable[[], list[UserInput]]
+    deliver_steers: Callable[[], int]
     cost: Callable[[Usage], float | None]
     next_cell: Callable[[], int]
     clock: Callable[[], float]
@@ -134,15 +135,20 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
     return _Reply((), [], final_answer(text), 0, None if text.strip() else EMPTY_NUDGE)
 
 
-async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
-    """Run one turn; see the module docstring for the protocol."""
+async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> AsyncIterator[Event]:
+    """Run one turn; see the module docstring for the protocol.
+
+    ``resume``: the turn was cut short (the daemon crashed) and goes on from
+    the context as stored: no ``turn_started``; its limits count afresh.
+    """
     start = hooks.clock()
     steps = 0
     tokens = 0
     nudges = 0
     previous_code: str | None = None
     repeats = 0
-    yield TurnStarted(turn=turn)
+    if not resume:
+        yield TurnStarted(turn=turn)
     while True:
         counters = TurnCounters(steps=steps, tokens=tokens, elapsed=hooks.clock() - start)
         stop = before_model_call(hooks.limits, counters)
@@ -221,10 +227,7 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
         nudges = 0
 
         if not reply.cells:
-            late = hooks.steers()
-            if late:  # arrived during the last call: the turn goes on to answer them
-                for steer in late:
-                    yield steer
+            if hooks.deliver_steers():  # arrived during the last call: answer them too
                 continue
             yield TurnEnded(turn=turn, reason="answered", answer=reply.answer)
             return
@@ -274,8 +277,7 @@ async def run_turn(turn: int, hooks: TurnHooks) -> AsyncIterator[Event]:
                 output = "\n".join([result.output.rstrip(), *notes]).lstrip()
                 result = replace(result, output=output)
             yield result
-        for steer in hooks.steers():
-            yield steer
+        hooks.deliver_steers()
 
 
 __all__ = ["MAX_NUDGES", "REFUSE_REPEAT_AT", "STUCK_AT", "TurnHooks", "run_turn"]

@@ -1,21 +1,27 @@
 """The Session: a thin shell around the turn loop.
 
-A session owns its lifecycle, its inbox, its kernel and the persistence of
-its events; the turn loop (:mod:`recursa.session.loop`) owns what happens in
-a turn. Every event the loop yields passes through :meth:`Session.record`,
-which appends it to the store (so it is durable before anyone sees it),
-applies it to the conversation, and publishes it to watchers.
+A session owns its lifecycle, its inbox and the persistence of its events;
+the turn loop (:mod:`recursa.session.loop`) owns what happens in a turn, and
+the kernel slot (:mod:`recursa.session.kernel_slot`) its kernel. Every event
+passes through :meth:`Session.record`, which appends it to the store (so it is
+durable before anyone sees it), applies it to the conversation, and publishes
+it to listeners.
 
-Inputs: :meth:`send` queues a message. ``steer`` (and ``auto``, while a turn
-runs) joins the running turn before its next model call; ``follow_up`` (and
-``auto`` while idle) starts a turn when the current one ends.
+Inputs go through the durable inbox: :meth:`send` stores the message before
+it returns. ``steer`` (and ``auto``, while a turn runs) joins the running
+turn before its next model call; ``follow_up`` (and ``auto`` while idle)
+starts a turn when the current one ends. A message becomes a ``user_input``
+event in the same transaction that marks it delivered: exactly once.
+
+A session is rebuilt from its log by :meth:`replay`; after a daemon crash,
+:meth:`recover` also reattaches its kernel, marks cells whose result was lost
+as interrupted (they never run again) and resumes a turn that was cut short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,24 +29,22 @@ from typing import Literal, Protocol
 
 from recursa.config import Limits
 from recursa.errors import KernelError
-from recursa.kernel import CellOutput, Kernel, OutputPart, bound_text
 from recursa.models.retry import with_retries
 from recursa.models.types import ModelInfo, Request, StreamEvent, Usage
 from recursa.protocol.events import (
     CellFinished,
-    CellStatus,
+    CellStarted,
     Event,
     EventRecord,
     InputSource,
-    KernelStatus,
     Notice,
     SessionStatus,
     StatusChanged,
     TurnEnded,
+    TurnStarted,
     UserInput,
     is_transient,
 )
-from recursa.protocol.events import CellOutput as CellOutputEvent
 from recursa.session.cells import PYTHON_TOOL
 from recursa.session.context import (
     BASE_PROMPT,
@@ -49,18 +53,18 @@ from recursa.session.context import (
     find_context_files,
     system_prompt,
 )
+from recursa.session.kernel_slot import KernelSlot, KernelSource, SlotDeps
 from recursa.session.loop import TurnHooks, run_turn
-from recursa.store import Store
+from recursa.store import MessageRow, Store
 
 SendMode = Literal["auto", "steer", "follow_up"]
 
 log = logging.getLogger("recursa.session")
 
-
-class KernelSource(Protocol):
-    """Where a session gets its kernel (a pool that keeps one warm)."""
-
-    async def acquire(self, cwd: Path) -> Kernel: ...
+LOST_CELL = (
+    "the daemon stopped while this cell ran: its result was lost, and it was not run again. "
+    "Check its effects before relying on them."
+)
 
 
 class ModelCaller(Protocol):
@@ -79,9 +83,22 @@ class SessionDeps:
     model_name: str
     limits: Limits
     clock: Callable[[], float]
+    workspace: Path
     max_retries: int = 4
     retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     supplements: tuple[str, ...] = field(default_factory=tuple)
+    snapshot_max_bytes: int = 1 << 30
+    checkpoint_each_turn: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """Work the log shows as begun and never finished: a turn that started and
+    never ended (``turn``, with the cells that never finished), or inputs that
+    were delivered and never answered (``turn`` None: a turn must start)."""
+
+    turn: int | None
+    lost: tuple[CellStarted, ...] = ()
 
 
 class Session:
@@ -96,21 +113,97 @@ class Session:
         self.status: SessionStatus = "admitted"
         self.last_answer: str | None = None
         self.last_end: TurnEnded | None = None
+        self.last_activity = 0.0
+        self.idle_since = deps.clock()
+        """When the session last went idle, by the runtime's (monotonic) clock."""
         self._conversation = Conversation(fenced=self.fenced)
         self._system = system_prompt(
             FENCED_PROMPT if self.fenced else BASE_PROMPT, find_context_files(cwd), deps.supplements
         )
-        self._inbox: deque[UserInput] = deque()
-        self._steers: list[UserInput] = []
+        self._slot = KernelSlot(
+            session_id,
+            cwd,
+            deps.workspace,
+            SlotDeps(
+                store=deps.store,
+                kernels=deps.kernels,
+                record=self.record,
+                limits=deps.limits,
+                snapshot_max_bytes=deps.snapshot_max_bytes,
+            ),
+        )
         self._listeners: list[Callable[[EventRecord], None]] = []
         self._turns = 0
         self._cells = 0
+        self._steer_waiting = False
         self._worker: asyncio.Task[None] | None = None
-        self._kernel_task: asyncio.Task[Kernel] | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._closed = False
         self._interrupting = False
+
+    # ---------------------------------------------------------------- loading
+
+    def replay(self) -> _Cut | None:
+        """Rebuild the context and counters from the stored log. Returns the turn
+        that was cut short (started, never ended), if there is one."""
+        cut_turn: int | None = None
+        unanswered = False
+        running: dict[int, CellStarted] = {}
+        for record in self.deps.store.events(self.id):
+            event = record.event
+            self._conversation.apply(event)
+            self.last_activity = record.ts
+            match event:
+                case UserInput(mode="turn") if cut_turn is None:
+                    unanswered = True
+                case TurnStarted(turn=turn):
+                    self._turns = max(self._turns, turn)
+                    cut_turn, running, unanswered = turn, {}, False
+                case TurnEnded():
+                    cut_turn, running = None, {}
+                    self.last_end = event
+                    if event.answer is not None:
+                        self.last_answer = event.answer
+                case CellStarted(cell=cell):
+                    self._cells = max(self._cells, cell)
+                    running[cell] = event
+                case CellFinished(cell=cell):
+                    self._cells = max(self._cells, cell)
+                    running.pop(cell, None)
+                case StatusChanged(status=status):
+                    self.status = status
+                case _:
+                    pass
+        if cut_turn is not None:
+            return _Cut(cut_turn, tuple(running.values()))
+        return _Cut(None) if unanswered else None
+
+    async def recover(self) -> None:
+        """After a daemon restart: rebuild, reattach the kernel if it survived,
+        settle what the crash cut short, and carry on with what is waiting."""
+        cut = self.replay()
+        attached = await self._slot.reattach()
+        if cut is not None:
+            self.record(
+                Notice(
+                    level="warning",
+                    text="recovered: the daemon stopped during this turn, which now goes on",
+                )
+            )
+            for started in cut.lost:
+                self.record(
+                    CellFinished(
+                        cell=started.cell,
+                        call_id=started.call_id,
+                        status="interrupted",
+                        output=LOST_CELL,
+                        chars=len(LOST_CELL),
+                    )
+                )
+            self._start_worker(resume=cut)
+        elif self.deps.store.inbox.pending_count(self.id):
+            self._start_worker()
+        elif self.status != "deleted":
+            self._set_status("idle" if attached else "inactive")
 
     # ----------------------------------------------------------------- inputs
 
@@ -121,26 +214,34 @@ class Session:
         mode: SendMode = "auto",
         source: InputSource = "user",
         sender: str | None = None,
-    ) -> None:
-        """Queue a message; never waits for the model. See the module docstring for modes."""
+    ) -> MessageRow:
+        """Store a message (durable when this returns) and deliver it by its mode;
+        never waits for the model. See the module docstring for the modes."""
         if self._closed:
             raise RuntimeError(f"session {self.id} is closed")
-        running = self._worker is not None and not self._worker.done()
-        if running and mode in ("steer", "auto") and self.status == "running":
-            self._steers.append(UserInput(text=text, source=source, sender=sender, mode="steer"))
-            return
-        self._inbox.append(UserInput(text=text, source=source, sender=sender))
-        if not running:
-            self._worker = asyncio.create_task(self._work(), name=f"session {self.id}")
+        row = self.deps.store.inbox.enqueue(self.id, text, source=source, mode=mode, sender=sender)
+        if self.running:
+            if mode in ("steer", "auto"):
+                self._steer_waiting = True
+        else:
+            self._start_worker()
+        return row
+
+    @property
+    def running(self) -> bool:
+        """A worker is taking inputs (a turn runs or is about to)."""
+        return self._worker is not None and not self._worker.done()
+
+    @property
+    def loaded(self) -> bool:
+        """The session has a kernel (or is getting one)."""
+        return self._slot.loaded
 
     async def wait_idle(self) -> TurnEnded | None:
-        """Wait until no turn runs and nothing is queued; return the last turn's end."""
-        while True:
-            await self._idle.wait()
-            worker = self._worker
-            if worker is None or worker.done():
-                break
-            await asyncio.shield(worker)
+        """Wait until no turn runs and nothing is being taken; return the last turn's end."""
+        while self.running:
+            assert self._worker is not None
+            await asyncio.wait([self._worker])
         return self.last_end
 
     async def ask(self, text: str) -> TurnEnded | None:
@@ -183,22 +284,29 @@ class Session:
         finally:
             stop()
 
-    def history(self) -> list[EventRecord]:
-        return self.deps.store.events(self.id)
+    def history(self, after: int = 0) -> list[EventRecord]:
+        return self.deps.store.events(self.id, after=after)
 
     def record(self, event: Event) -> EventRecord:
         """Persist (unless transient), apply to the context, publish. In that order:
-        a watcher never sees an event that is not yet durable."""
+        a listener never sees an event that is not yet durable."""
         if is_transient(event):
             record = EventRecord(seq=0, session_id=self.id, ts=0.0, event=event)
         else:
             record = self.deps.store.append(self.id, event)
-            self._conversation.apply(event)
-        for listener in list(self._listeners):
-            listener(record)
+        self._publish(record)
         return record
 
+    def _publish(self, record: EventRecord) -> None:
+        if record.seq:
+            self._conversation.apply(record.event)
+            self.last_activity = record.ts
+        for listener in list(self._listeners):
+            listener(record)
+
     def _set_status(self, status: SessionStatus) -> None:
+        if status == "idle":
+            self.idle_since = self.deps.clock()
         if status != self.status:
             self.status = status
             self.deps.store.set_status(self.id, status)
@@ -206,23 +314,31 @@ class Session:
 
     # ------------------------------------------------------------------ turns
 
-    async def _work(self) -> None:
-        """Run turns while inputs are waiting. An interrupt ends the running turn
-        and this worker; what is still queued waits for the next input."""
-        self._idle.clear()
+    def _start_worker(self, *, resume: _Cut | None = None) -> None:
+        self._worker = asyncio.create_task(self._work(resume), name=f"session {self.id}")
+
+    async def _work(self, resume: _Cut | None) -> None:
+        """Run turns while inputs wait. An interrupt ends the running turn and this
+        worker; what is still queued waits for the next input. The last check for
+        waiting input is followed by no await, so a message sent later always
+        finds this worker done and starts a new one."""
         try:
-            while not self._closed:
-                inputs = [*self._inbox, *self._take_steers()]
-                self._inbox.clear()
-                if not inputs:
+            if resume is not None:
+                self._set_status("running")
+                self._slot.prestart()
+                await self._turn(resume.turn, resume=True)
+                await self._checkpoint()
+            while not (self._closed or self._interrupting):
+                pending = self.deps.store.inbox.pending(self.id)
+                if not pending:
                     break
                 self._set_status("running")
-                self._ensure_kernel()
-                for item in inputs:
-                    self.record(item)
-                await self._turn()
-                if self._interrupting:
-                    break
+                self._slot.prestart()
+                self._steer_waiting = False
+                for record in self.deps.store.inbox.deliver(pending):
+                    self._publish(record)
+                await self._turn(None, resume=False)
+                await self._checkpoint()
         finally:
             self._interrupting = False
             if not self._closed:
@@ -230,16 +346,22 @@ class Session:
                     self._set_status("idle")
                 except Exception:  # never mask what ended the worker
                     log.exception("session %s: could not record the idle status", self.id)
-            self._idle.set()
 
-    async def _turn(self) -> None:
-        self._turns += 1
-        turn = self._turns
+    async def _checkpoint(self) -> None:
+        if self.deps.checkpoint_each_turn and not self._closed:
+            await self._slot.checkpoint()
+
+    async def _turn(self, cut_turn: int | None, *, resume: bool) -> None:
+        """Run a turn: a new one, or (``resume``) the cut-short turn ``cut_turn``
+        (None: a new turn over inputs already delivered)."""
+        if cut_turn is None:
+            self._turns += 1
+        turn = self._turns if cut_turn is None else cut_turn
         hooks = TurnHooks(
             model=self._call_model,
             request=self._request,
-            execute=self._execute,
-            steers=self._take_steers,
+            execute=self._slot.execute,
+            deliver_steers=self._deliver_steers,
             cost=self.deps.cost,
             next_cell=self._next_cell,
             clock=self.deps.clock,
@@ -249,7 +371,7 @@ class Session:
         )
         ended: TurnEnded | None = None
         try:
-            async for event in run_turn(turn, hooks):
+            async for event in run_turn(turn, hooks, resume=resume and cut_turn is not None):
                 self.record(event)
                 if isinstance(event, TurnEnded):
                     ended = event
@@ -296,107 +418,41 @@ class Session:
             sleep=self.deps.retry_sleep,
         )
 
-    def _take_steers(self) -> list[UserInput]:
-        steers, self._steers = self._steers, []
-        return steers
+    def _deliver_steers(self) -> int:
+        if not self._steer_waiting:
+            return 0
+        self._steer_waiting = False
+        steers = [m for m in self.deps.store.inbox.pending(self.id) if m.mode in ("steer", "auto")]
+        records = self.deps.store.inbox.deliver(steers, steer=True)
+        for record in records:
+            self._publish(record)
+        return len(records)
 
     def _next_cell(self) -> int:
         self._cells += 1
         return self._cells
 
-    # ----------------------------------------------------------------- kernel
-
-    def _ensure_kernel(self) -> None:
-        """Start getting a kernel now, so it is ready when the first cell comes
-        (the first model call is usually still in flight)."""
-        if self._kernel_task is None:
-            self._kernel_task = asyncio.create_task(
-                self.deps.kernels.acquire(self.cwd), name=f"kernel {self.id}"
-            )
-
-    async def _kernel(self) -> Kernel:
-        self._ensure_kernel()
-        assert self._kernel_task is not None
-        try:
-            return await asyncio.shield(self._kernel_task)
-        except KernelError:
-            self._kernel_task = None
-            raise
-
-    async def _execute(self, cell: int, call_id: str, code: str, time_limit: float) -> CellFinished:
-        kernel = await self._kernel()
-        parts: list[OutputPart] = []
-
-        def stream(part: OutputPart) -> None:
-            parts.append(part)
-            self.record(CellOutputEvent(cell=cell, stream=part.kind, text=part.text))
-
-        try:
-            output: CellOutput = await kernel.execute(code, timeout=time_limit, on_output=stream)
-        except asyncio.CancelledError:
-            # The kernel interrupts the cell itself; record what it printed so far,
-            # so the model knows the cell ran (and may have had effects).
-            note = "interrupted by the user; the cell may have partly run"
-            partial = CellOutput(status="interrupted", parts=tuple(parts), note=note).text()
-            self.deps.store.put_cell_output(self.id, cell, call_id, partial)
-            shown, truncated = bound_text(partial, self.deps.limits.output_chars, ref=None)
-            self.record(
-                CellFinished(
-                    cell=cell,
-                    call_id=call_id,
-                    status="interrupted",
-                    output=shown,
-                    chars=len(partial),
-                    truncated=truncated,
-                )
-            )
-            raise
-        if output.status in ("timeout", "kernel_died") and output.note:
-            self.record(
-                KernelStatus(
-                    state="restarted" if "restart" in output.note else "ready", detail=output.note
-                )
-            )
-        text = output.text()
-        shown, truncated = bound_text(text, self.deps.limits.output_chars, ref=f"_out[{cell}]")
-        self.deps.store.put_cell_output(self.id, cell, call_id, text)
-        if truncated:
-            try:
-                await kernel.set_output(cell, text)
-            except KernelError:
-                self.record(
-                    Notice(
-                        level="warning",
-                        text=f"could not keep cell {cell}'s full output in the kernel",
-                    )
-                )
-        status: CellStatus = output.status
-        return CellFinished(
-            cell=cell,
-            call_id=call_id,
-            status=status,
-            output=shown,
-            chars=len(text),
-            truncated=truncated,
-            duration=output.duration,
-        )
-
     # -------------------------------------------------------------- lifecycle
 
-    async def close(self) -> None:
-        """Stop any running turn and shut the kernel down. The history stays in the store."""
+    async def unload(self) -> None:
+        """Snapshot the kernel's namespace and stop it; the session goes inactive
+        and loads again (a new kernel, the namespace restored) on its next input."""
+        if self.running:
+            raise RuntimeError(f"session {self.id} is running; interrupt it first")
+        await self._slot.unload()
+        self._set_status("inactive")
+
+    async def close(self, *, snapshot: bool = False) -> None:
+        """Stop any running turn and let go of the kernel: with ``snapshot``,
+        unload it (the daemon's graceful stop); else shut it down. The history
+        stays in the store."""
         self._closed = True  # before the interrupt, so no queued turn starts
         await self.interrupt()
-        task, self._kernel_task = self._kernel_task, None
-        if task is None:
-            return
-        if not task.done():
-            task.cancel()
-        try:
-            kernel = await task
-        except (asyncio.CancelledError, KernelError):
-            return
-        await kernel.shutdown()
+        if snapshot and self._slot.loaded:
+            await self._slot.unload()
+            self._set_status("inactive")
+        else:
+            await self._slot.close()
 
 
-__all__ = ["KernelSource", "SendMode", "Session", "SessionDeps"]
+__all__ = ["KernelSource", "ModelCaller", "SendMode", "Session", "SessionDeps"]

@@ -11,11 +11,12 @@ Per-sender order is the id order, since ids only grow.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
-from recursa.protocol.events import EventRecord, InputSource, UserInput
+from recursa.protocol.events import EventRecord, InputSource, UserInput, json_text
 
 if TYPE_CHECKING:
     from recursa.store.store import Store
@@ -52,7 +53,9 @@ class MessageRow:
 
 
 def _row(values: Sequence[object]) -> MessageRow:
-    return MessageRow(*values)  # type: ignore[arg-type]
+    fields = list(values)
+    fields[5] = json.loads(str(fields[5]))  # the text, stored as a JSON string (see enqueue)
+    return MessageRow(*fields)  # type: ignore[arg-type]
 
 
 class Inbox:
@@ -78,10 +81,12 @@ class Inbox:
             raise ValueError(f"unknown message mode {mode!r}")
         now = self._store.now()
         with self._store.transaction():
+            # As a JSON string, like the events: a lone surrogate (an undecodable
+            # byte) is kept exactly instead of failing SQLite's UTF-8 encoding.
             cursor = self._store.execute(
                 "INSERT INTO messages (session_id, sender, source, mode, text, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, sender, source, mode, text, now),
+                (session_id, sender, source, mode, json_text(text), now),
                 missing=session_id,
             )
         return MessageRow(

@@ -7,12 +7,13 @@ would have slept are recorded in ``runtime.retry_delays`` instead.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from recursa.config import Limits, load_config
+from recursa.config import Limits, SessionsConfig, load_config
 from recursa.runtime import Runtime
 
 
@@ -34,18 +35,25 @@ async def make_runtime(
     limits: Limits | None = None,
     warm_kernels: int = 0,
     retry_sleep: RecordingSleep | None = None,
+    clock: Callable[[], float] | None = None,
+    sessions: SessionsConfig | None = None,
 ) -> AsyncIterator[Runtime]:
     """A Runtime whose RECURSA_HOME is ``home``; closed (kernels and all) on exit.
 
     The configuration reads the real environment with ``env`` laid over it.
     Retries sleep through ``retry_sleep`` (a fresh :class:`RecordingSleep` by
-    default, reachable as ``runtime.retry_sleep``).
+    default, reachable as ``runtime.retry_sleep``); ``clock`` replaces the
+    monotonic clock (idle unloading, limits); ``sessions`` the lifecycle settings.
     """
     config = load_config(overrides={"RECURSA_HOME": str(home), **(env or {})})
     if limits is not None:
         config = replace(config, limits=limits)
+    if sessions is not None:
+        config = replace(config, sessions=sessions)
     sleep = retry_sleep or RecordingSleep()
-    runtime = await Runtime.open(config, warm_kernels=warm_kernels, retry_sleep=sleep)
+    runtime = await Runtime.open(
+        config, warm_kernels=warm_kernels, retry_sleep=sleep, clock=clock or time.monotonic
+    )
     try:
         yield runtime
     finally:

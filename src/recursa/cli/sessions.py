@@ -1,0 +1,209 @@
+"""Commands on daemon-owned sessions: ``agents``, ``attach``, ``send``, ``stop``, ``logs``.
+
+Sessions are named by id, a unique id prefix, or name. Every command here
+talks to the daemon (starting one when none runs, since it owns the sessions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from recursa.cli import app
+from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
+from recursa.cli.render import TranscriptPrinter, printable, usage_line
+from recursa.config import color_enabled, environment, load_config
+from recursa.daemon import process
+from recursa.daemon.client import DaemonClient
+from recursa.protocol.events import TurnStarted
+from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, to_json
+
+
+async def _client() -> DaemonClient:
+    config = load_config()
+    await process.ensure_running(config.home, env=environment())
+    return DaemonClient(config.home)
+
+
+@app.command()
+def agents(
+    json_out: Annotated[bool, typer.Option("--json", help="A JSON list of sessions.")] = False,
+) -> None:
+    """The session tree: status, model, usage and last activity of every session."""
+    infos = asyncio.run(_agents())
+    if json_out:
+        print(json.dumps([to_json(i) for i in infos], ensure_ascii=False))
+        return
+    if not infos:
+        print("no sessions yet: recursa run TASK", file=sys.stderr)
+        return
+    for depth, info in _tree(infos):
+        name = f" {info.name}" if info.name else ""
+        ago = _ago(time.time() - info.last_activity)
+        indent = "  " * depth + ("└ " if depth else "")
+        print(
+            f"{indent}{info.id}{name}  {info.status:<8}  {info.model}  "
+            f"{usage_line(info.usage)}  ({ago})"
+        )
+
+
+async def _agents() -> list[SessionInfo]:
+    async with await _client() as client:
+        return await client.sessions()
+
+
+def _tree(infos: list[SessionInfo]) -> list[tuple[int, SessionInfo]]:
+    """Roots oldest first, each followed by its descendants, with their depth."""
+    children: dict[str | None, list[SessionInfo]] = {}
+    known = {i.id for i in infos}
+    for info in sorted(infos, key=lambda i: i.created_at):
+        parent = info.parent_id if info.parent_id in known else None
+        children.setdefault(parent, []).append(info)
+    out: list[tuple[int, SessionInfo]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for info in children.get(parent, []):
+            out.append((depth, info))
+            walk(info.id, depth + 1)
+
+    walk(None, 0)
+    return out
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{max(0, int(seconds))}s ago"
+
+
+@app.command()
+def attach(
+    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    mode: Annotated[
+        str, typer.Option(help="How typed lines are sent: auto, steer or follow_up.")
+    ] = "auto",
+    after: Annotated[
+        int | None, typer.Option(help="Show events after this seq (default: from the last turn).")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Return when the session is idle.")
+    ] = False,
+    json_lines: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
+) -> None:
+    """Watch a session live and talk to it; Ctrl-C interrupts its turn, twice detaches."""
+    if mode not in ("auto", "steer", "follow_up"):
+        raise typer.BadParameter("mode must be auto, steer or follow_up")
+    raise typer.Exit(asyncio.run(_attach(session, mode, after, until_idle, json_lines)))  # type: ignore[arg-type]
+
+
+async def _attach(
+    ref: str, mode: SendMode, after: int | None, until_idle: bool, json_lines: bool
+) -> int:
+    async with await _client() as client:
+        info = await client.session(ref)
+        cursor = after if after is not None else await _last_turn_cursor(client, info.id)
+        state = Follow(cursor=cursor, running=info.status == "running")
+        printer = TranscriptPrinter(color=color_enabled(sys.stderr))
+        print(f"── attached to {info.id} ({info.status}); Ctrl-C twice to detach", file=sys.stderr)
+
+        async def typing() -> None:
+            async for line in stdin_lines(prompt=""):
+                if line.strip():
+                    receipt = await client.send(info.id, SendMessage(line.rstrip("\n"), mode=mode))
+                    print(f"   (message {receipt.message_id} {receipt.status})", file=sys.stderr)
+
+        typer_task = asyncio.create_task(typing())
+        try:
+            while not state.detached:
+                state = await follow_until_idle(
+                    client,
+                    info.id,
+                    state,
+                    printer,
+                    json_lines=json_lines,
+                    need_turn=False,
+                    stop_at_idle=until_idle,
+                )
+                if until_idle:
+                    break
+        finally:
+            typer_task.cancel()
+    if state.detached:
+        print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
+    return 0
+
+
+async def _last_turn_cursor(client: DaemonClient, session: str) -> int:
+    """The cursor just before the session's last turn, so attaching shows it whole."""
+    cursor = 0
+    previous = 0
+    events = client.events(session, after=0, follow=False)
+    async for record in events:
+        if isinstance(record.event, TurnStarted):
+            cursor = previous
+        previous = record.seq
+    return cursor
+
+
+@app.command()
+def send(
+    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    text: Annotated[str, typer.Argument(help="The message.")],
+    mode: Annotated[
+        str, typer.Option(help="auto (steer a running turn, else start one), steer or follow_up.")
+    ] = "auto",
+) -> None:
+    """Send a message to a session; it is stored before this returns."""
+    if mode not in ("auto", "steer", "follow_up"):
+        raise typer.BadParameter("mode must be auto, steer or follow_up")
+
+    async def go() -> None:
+        async with await _client() as client:
+            receipt = await client.send(session, SendMessage(text, mode=mode))  # type: ignore[arg-type]
+            print(f"message {receipt.message_id} {receipt.status}: {receipt.session_id}")
+
+    asyncio.run(go())
+
+
+@app.command()
+def stop(session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")]) -> None:
+    """Interrupt a session and unload it (its namespace is snapshotted); any new
+    message brings it back."""
+
+    async def go() -> None:
+        async with await _client() as client:
+            info = await client.stop(session)
+            print(f"{info.id}: {info.status}")
+
+    asyncio.run(go())
+
+
+@app.command()
+def logs(
+    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    json_lines: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
+) -> None:
+    """The session's whole history, readable (or as JSON lines)."""
+
+    async def go() -> None:
+        async with await _client() as client:
+            printer = TranscriptPrinter(out=sys.stdout, color=color_enabled(sys.stdout))
+            async for record in client.events(session, after=0, follow=False):
+                if json_lines:
+                    show(record, printer, json_lines=True)
+                elif record.seq:
+                    printer.handle(record)
+            info = await client.session(session)
+            if not json_lines:
+                answer = (
+                    f" · last answer: {printable(info.last_answer)}" if info.last_answer else ""
+                )
+                print(f"── {info.id} {info.status} · {usage_line(info.usage)}{answer}")
+
+    asyncio.run(go())

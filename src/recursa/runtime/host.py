@@ -1,0 +1,271 @@
+"""The runtime as the daemon serves it: :class:`RuntimeHost` implements
+:class:`recursa.daemon.host.Host` (structurally; this layer does not import
+the daemon's).
+
+Mutating commands are idempotent by their :class:`CommandKey`: a repeated
+command gets its stored result, and one found begun but never finished (a
+crash in between) is :class:`UncertainCommand`, never run again. Sending a
+message is a single transaction (ledger, message, ledger), so it can never be
+left uncertain.
+
+:func:`open_host` is what ``python -m recursa.daemon`` calls: it opens the
+runtime, brings every session back (reattaching live kernels, resuming turns
+cut short, delivering queued messages) and starts the idle-unloading loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+
+from recursa import __version__
+from recursa.config import Config, Limits
+from recursa.errors import UncertainCommand, UsageError
+from recursa.protocol.events import PROTOCOL_VERSION, EventRecord
+from recursa.protocol.wire import (
+    CommandKey,
+    CreateSession,
+    DaemonStatus,
+    Receipt,
+    ReceiptStatus,
+    SendMessage,
+    SessionInfo,
+    Usage,
+    from_json,
+    to_json,
+)
+from recursa.runtime.runtime import Runtime
+from recursa.store import JSONValue, SessionRow
+
+log = logging.getLogger("recursa.runtime")
+
+IDLE_CHECK_SECONDS = 30.0
+"""How often idle sessions are looked for (unloading is not urgent)."""
+
+
+class RuntimeHost:
+    def __init__(self, runtime: Runtime, *, wall: Callable[[], float] = time.time) -> None:
+        self.runtime = runtime
+        self.store = runtime.store
+        self.started_at = wall()
+        self.recovering = True
+        self.recovery_seconds: float | None = None
+        self._scheduler: asyncio.Task[None] | None = None
+
+    async def start(self, *, idle_check: float = IDLE_CHECK_SECONDS) -> None:
+        """Recover every session, then keep unloading idle ones."""
+        began = time.monotonic()
+        await self.runtime.recover()
+        self.recovery_seconds = time.monotonic() - began
+        self.recovering = False
+        self._scheduler = asyncio.create_task(self._unload_loop(idle_check), name="idle unloading")
+
+    async def _unload_loop(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.runtime.unload_idle()
+            except Exception:
+                log.exception("unloading idle sessions failed")
+
+    # ------------------------------------------------------------------ reads
+
+    async def status(self) -> DaemonStatus:
+        loaded = [s for s in self.runtime.sessions if s.loaded]
+        return DaemonStatus(
+            pid=os.getpid(),
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            started_at=self.started_at,
+            sessions=len(self.store.sessions()),
+            loaded=len(loaded),
+            running=sum(1 for s in self.runtime.sessions if s.running),
+            recovering=self.recovering,
+            recovery_seconds=self.recovery_seconds,
+        )
+
+    async def sessions(self) -> list[SessionInfo]:
+        return [self._info(row) for row in self.store.sessions()]
+
+    async def session(self, session: str) -> SessionInfo:
+        return self._info(self.store.session(session))
+
+    def _info(self, row: SessionRow) -> SessionInfo:
+        loaded = self.runtime.find(row.id)
+        totals = self.store.usage_totals(row.id)
+        return SessionInfo(
+            id=row.id,
+            name=row.name,
+            parent_id=row.parent_id,
+            status=loaded.status if loaded else row.status,
+            model=row.model,
+            cwd=row.cwd,
+            created_at=row.created_at,
+            last_activity=self.store.last_activity(row.id) or row.updated_at,
+            usage=Usage(
+                calls=totals.calls,
+                input_tokens=totals.input_tokens,
+                output_tokens=totals.output_tokens,
+                cached_tokens=totals.cached_tokens,
+                cost=totals.cost,
+                unknown_cost_calls=totals.unknown_cost_calls,
+            ),
+            last_answer=loaded.last_answer if loaded else None,
+        )
+
+    # --------------------------------------------------------------- commands
+
+    def _replayed(self, command: CommandKey | None, kind: str) -> JSONValue | None:
+        """The stored result of a command seen before, or None for a new one
+        (now recorded as pending). Raises UncertainCommand for one left pending."""
+        if command is None:
+            return None
+        seen = self.store.commands.begin(command.client_id, command.command_id, kind)
+        if seen is None:
+            return None
+        if seen.status == "pending":
+            raise UncertainCommand(
+                f"command {command.command_id} ({kind}) was received before the daemon stopped, "
+                "and whether it took effect is unknown; it was not run again"
+            )
+        return seen.result
+
+    def _finish(self, command: CommandKey | None, result: JSONValue) -> None:
+        if command is not None:
+            self.store.commands.finish(command.client_id, command.command_id, result)
+
+    async def create_session(
+        self, request: CreateSession, command: CommandKey | None
+    ) -> SessionInfo:
+        seen = self._replayed(command, "create_session")
+        if seen is not None:
+            return from_json(SessionInfo, seen)
+        limits = _limits(self.runtime.config.limits, request)
+        session = await self.runtime.create_session(
+            model=request.model,
+            cwd=Path(request.cwd) if request.cwd else None,
+            name=request.name,
+            limits=limits,
+        )
+        if request.task:
+            session.send(request.task, mode="follow_up")
+        info = self._info(self.store.session(session.id))
+        self._finish(command, to_json(info))
+        return info
+
+    async def send(self, session: str, request: SendMessage, command: CommandKey | None) -> Receipt:
+        row = self.store.session(session)
+        target = self.runtime.get(row.id)
+        if row.status == "deleted":
+            raise UsageError(f"session {row.id} was deleted")
+        with self.store.transaction():  # ledger, message and ledger: one commit
+            seen = self._replayed(command, "send")
+            if seen is not None:
+                return from_json(Receipt, seen)
+            busy = target.running
+            message = target.send(request.text, mode=request.mode)
+            status: ReceiptStatus = (
+                "queued" if busy and request.mode == "follow_up" else "delivered"
+            )
+            receipt = Receipt(message_id=message.id, session_id=row.id, status=status)
+            self._finish(command, to_json(receipt))
+        return receipt
+
+    async def interrupt(self, session: str) -> SessionInfo:
+        row = self.store.session(session)
+        await self.runtime.get(row.id).interrupt()
+        return self._info(self.store.session(row.id))
+
+    async def stop(self, session: str, command: CommandKey | None) -> SessionInfo:
+        row = self.store.session(session)
+        seen = self._replayed(command, "stop")
+        if seen is not None:
+            return from_json(SessionInfo, seen)
+        target = self.runtime.get(row.id)
+        await target.interrupt()
+        if target.loaded:
+            await target.unload()
+        info = self._info(self.store.session(row.id))
+        self._finish(command, to_json(info))
+        return info
+
+    # ----------------------------------------------------------------- events
+
+    async def events(self, session: str, *, after: int, follow: bool) -> AsyncIterator[EventRecord]:
+        """Stored events after the cursor, then live ones. The listener is attached
+        before the store is read, and records already sent are skipped by seq, so
+        nothing falls between the two parts and nothing comes twice."""
+        row = self.store.session(session)
+        target = self.runtime.get(row.id)
+        live: asyncio.Queue[EventRecord] = asyncio.Queue()
+        stop = target.listen(live.put_nowait) if follow else None
+        try:
+            last = after
+            for record in self.store.events(row.id, after=after):
+                yield record
+                last = record.seq
+            if not follow:
+                return
+            while True:
+                record = await live.get()
+                if record.seq:
+                    if record.seq <= last:
+                        continue
+                    last = record.seq
+                yield record
+        finally:
+            if stop is not None:
+                stop()
+
+    # ------------------------------------------------------------------- stop
+
+    async def shutdown(self, *, force: bool) -> None:
+        """Stop the idle loop and every session: gracefully, running turns are
+        interrupted and each kernel's namespace is snapshotted before it stops;
+        with ``force``, kernels stop without snapshots (the last checkpoints stay)."""
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scheduler
+            self._scheduler = None
+        await self.runtime.aclose(snapshot=not force)
+
+
+def _limits(default: Limits, request: CreateSession) -> Limits | None:
+    """The limits a ``recursa run`` asked for, over the configured ones (None: defaults)."""
+    changes: dict[str, object] = {}
+    if request.max_steps is not None:
+        changes["max_steps"] = request.max_steps or None
+    if request.max_tokens is not None:
+        changes["max_tokens"] = request.max_tokens or None
+    if request.max_time is not None:
+        changes["max_time"] = request.max_time or None
+    if request.cell_timeout is not None:
+        changes["cell_timeout"] = request.cell_timeout
+    return replace(default, **changes) if changes else None  # type: ignore[arg-type]
+
+
+async def open_host(config: Config) -> tuple[RuntimeHost, Callable[[], Awaitable[None]]]:
+    """The daemon's host: the runtime opened, every session recovered, idle
+    unloading running. Returns the host and the function that closes it."""
+    runtime = await Runtime.open(config, warm_kernels=1)
+    host = RuntimeHost(runtime)
+    try:
+        await host.start()
+    except BaseException:
+        await runtime.aclose()
+        raise
+
+    async def close() -> None:
+        await host.shutdown(force=False)
+
+    return host, close
+
+
+__all__ = ["IDLE_CHECK_SECONDS", "RuntimeHost", "open_host"]

@@ -1,0 +1,265 @@
+"""A session's kernel: got when first needed, kept alive across daemon crashes,
+snapshotted when the session unloads, restored when it loads again.
+
+The slot owns everything between the session and its kernel process:
+
+- **Getting one.** A kernel comes from the pool (started so that it outlives
+  the daemon), or is reattached after a daemon crash from the store's record
+  of its pid and connection file. A kernel the session had before and that is
+  gone is replaced by a new one into which the last snapshot is restored.
+- **Running cells.** Output is streamed as transient events; the full text is
+  stored; the model gets the head and tail. A kernel that died or had to be
+  restarted during a cell gets the last snapshot restored, and the model is
+  told what was lost.
+- **Checkpoints.** After a turn that ran cells, and when the session unloads,
+  the namespace is snapshotted (dill, atomically written; unpicklable values
+  are listed, never fatal; a size cap).
+
+Every state change is recorded as a ``kernel_status`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from recursa.config import Limits
+from recursa.errors import KernelError
+from recursa.kernel import CellOutput, Kernel, OutputPart, bound_text
+from recursa.protocol.events import CellFinished, Event, EventRecord, KernelStatus, Notice
+from recursa.protocol.events import CellOutput as CellOutputEvent
+from recursa.store import Store
+
+log = logging.getLogger("recursa.session")
+
+SNAPSHOT_FILE = "namespace.dill"
+
+
+class KernelSource(Protocol):
+    """Where kernels come from (the runtime's pool), and how to reattach one."""
+
+    async def acquire(self, cwd: Path) -> Kernel: ...
+
+    async def attach(self, connection_file: Path, pid: int, cwd: Path) -> Kernel: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SlotDeps:
+    store: Store
+    kernels: KernelSource
+    record: Callable[[Event], EventRecord]
+    limits: Limits
+    snapshot_max_bytes: int
+
+
+class KernelSlot:
+    def __init__(self, session_id: str, cwd: Path, workspace: Path, deps: SlotDeps) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.snapshot_path = workspace / SNAPSHOT_FILE
+        self.deps = deps
+        self._task: asyncio.Task[Kernel] | None = None
+        self._dirty = False
+
+    @property
+    def loaded(self) -> bool:
+        """A kernel is running (or starting) for this session."""
+        return self._task is not None
+
+    # ----------------------------------------------------------------- getting
+
+    def prestart(self) -> None:
+        """Start getting a kernel now, so it is ready when the first cell comes
+        (the first model call is usually still in flight)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._obtain(), name=f"kernel {self.session_id}")
+
+    async def kernel(self) -> Kernel:
+        self.prestart()
+        assert self._task is not None
+        try:
+            return await asyncio.shield(self._task)
+        except KernelError:
+            self._task = None
+            raise
+
+    async def _obtain(self) -> Kernel:
+        kernel = await self.deps.kernels.acquire(self.cwd)
+        self._remember(kernel)
+        if self.snapshot_path.exists():
+            await self._restore(kernel)
+        else:
+            self.deps.record(KernelStatus(state="ready", detail=f"kernel pid {kernel.pid}"))
+        return kernel
+
+    async def reattach(self) -> bool:
+        """After a daemon crash: reattach to the kernel the store remembers, if it
+        is still alive. Its namespace is untouched. Returns False when it is gone
+        (the next cell then gets a new kernel with the last snapshot)."""
+        row = self.deps.store.kernels.get(self.session_id)
+        if row is None:
+            return False
+        try:
+            kernel = await self.deps.kernels.attach(Path(row.connection_file), row.pid, self.cwd)
+        except KernelError as exc:
+            log.info("session %s: kernel %d is gone: %s", self.session_id, row.pid, exc)
+            self.deps.store.kernels.forget(self.session_id)
+            return False
+
+        async def attached() -> Kernel:
+            return kernel
+
+        self._task = asyncio.create_task(attached())
+        self.deps.record(
+            KernelStatus(
+                state="reattached", detail=f"kernel pid {row.pid} survived; its variables are kept"
+            )
+        )
+        return True
+
+    def _remember(self, kernel: Kernel) -> None:
+        if kernel.pid is not None:
+            self.deps.store.kernels.record(self.session_id, kernel.pid, str(kernel.connection_file))
+
+    # ------------------------------------------------------------------ cells
+
+    async def execute(self, cell: int, call_id: str, code: str, time_limit: float) -> CellFinished:
+        """Run one cell; never raises for what the code does. On cancellation the
+        cell is recorded as interrupted, with what it printed, and the
+        cancellation goes on."""
+        kernel = await self.kernel()
+        parts: list[OutputPart] = []
+
+        def stream(part: OutputPart) -> None:
+            parts.append(part)
+            self.deps.record(CellOutputEvent(cell=cell, stream=part.kind, text=part.text))
+
+        self._dirty = True
+        try:
+            output = await kernel.execute(code, timeout=time_limit, on_output=stream)
+        except asyncio.CancelledError:
+            note = "interrupted by the user; the cell may have partly run"
+            partial = CellOutput(status="interrupted", parts=tuple(parts), note=note)
+            self.deps.record(self._finished(cell, call_id, partial, truncate_ref=False))
+            raise
+        if output.restarted:
+            self._remember(kernel)
+            self.deps.record(KernelStatus(state="restarted", detail=output.note))
+            restored = await self._restore(kernel)
+            # The model does not see kernel events: tell it in the cell's own output.
+            output = replace(output, note=f"{output.note} {restored}".strip())
+        finished = self._finished(cell, call_id, output)
+        if finished.truncated:
+            try:  # the model reads the whole output as _out[cell]
+                await kernel.set_output(cell, output.text())
+            except KernelError:
+                self.deps.record(
+                    Notice(
+                        level="warning",
+                        text=f"could not keep cell {cell}'s full output in the kernel",
+                    )
+                )
+        return finished
+
+    def _finished(
+        self, cell: int, call_id: str, output: CellOutput, *, truncate_ref: bool = True
+    ) -> CellFinished:
+        text = output.text()
+        ref = f"_out[{cell}]" if truncate_ref else None
+        shown, truncated = bound_text(text, self.deps.limits.output_chars, ref=ref)
+        self.deps.store.put_cell_output(self.session_id, cell, call_id, text)
+        return CellFinished(
+            cell=cell,
+            call_id=call_id,
+            status=output.status,
+            output=shown,
+            chars=len(text),
+            truncated=truncated,
+            duration=output.duration,
+        )
+
+    # ------------------------------------------------------- snapshot, restore
+
+    async def checkpoint(self) -> None:
+        """Snapshot the namespace if cells ran since the last snapshot."""
+        if not self._dirty or self._task is None or not self._task.done():
+            return
+        if self._task.exception() is not None:
+            return
+        await self._snapshot(self._task.result())
+
+    async def _snapshot(self, kernel: Kernel) -> None:
+        try:
+            report = await kernel.snapshot(
+                self.snapshot_path, max_bytes=self.deps.snapshot_max_bytes
+            )
+        except KernelError as exc:
+            self.deps.record(Notice(level="warning", text=f"could not snapshot the kernel: {exc}"))
+            return
+        self._dirty = False
+        detail = f"{len(report.names)} variables, {report.size:,} bytes"
+        if report.skipped:
+            skipped = ", ".join(f"{name} ({why})" for name, why in sorted(report.skipped.items()))
+            detail += f"; not kept: {skipped}"
+        self.deps.record(KernelStatus(state="snapshotted", detail=detail))
+
+    async def _restore(self, kernel: Kernel) -> str:
+        """Restore the last snapshot into ``kernel``; returns what happened, in one line."""
+        if not self.snapshot_path.exists():
+            detail = "A new kernel: there was no snapshot to restore, so all variables are gone."
+            self.deps.record(KernelStatus(state="ready", detail=detail))
+            return detail
+        try:
+            report = await kernel.restore(self.snapshot_path)
+        except KernelError as exc:
+            detail = f"A new kernel: the last snapshot could not be restored ({exc})."
+            self.deps.record(KernelStatus(state="ready", detail=detail))
+            return detail
+        detail = f"{len(report.names)} variables restored from the last snapshot"
+        if report.failed:
+            failed = ", ".join(f"{name} ({why})" for name, why in sorted(report.failed.items()))
+            detail += f"; not restored: {failed}"
+        if report.hook_errors:
+            detail += f"; restore hooks failed: {'; '.join(report.hook_errors)}"
+        self.deps.record(KernelStatus(state="restored", detail=detail))
+        return f"{detail} (taken at the end of the last turn that ran cells)."
+
+    # -------------------------------------------------------------- stopping
+
+    async def unload(self) -> None:
+        """Snapshot the namespace and stop the kernel (the session goes inactive)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            kernel = await task
+        except (KernelError, asyncio.CancelledError):
+            return
+        self._dirty = True  # an unload always leaves a fresh snapshot
+        await self._snapshot(kernel)
+        await kernel.shutdown()
+        self.deps.store.kernels.forget(self.session_id)
+        self.deps.record(
+            KernelStatus(state="stopped", detail="unloaded; the namespace is in the snapshot")
+        )
+
+    async def close(self) -> None:
+        """Shut the kernel down without a snapshot (the last checkpoint stays)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        try:
+            kernel = await task
+        except (KernelError, asyncio.CancelledError):
+            return
+        await kernel.shutdown()
+        self.deps.store.kernels.forget(self.session_id)
+
+
+__all__ = ["SNAPSHOT_FILE", "KernelSlot", "KernelSource", "SlotDeps"]

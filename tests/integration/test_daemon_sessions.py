@@ -1,0 +1,173 @@
+"""Daemon-owned sessions end to end: the real CLI, a real daemon on its socket,
+real kernels, and the loopback fake model server. Only the model is scripted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon_kit import (
+    agents,
+    daemon_env,
+    kill_daemon,
+    kill_everything,
+    recursa,
+)
+from recursa.daemon.client import DaemonClient
+from recursa.testing import FakeModelServer, Reply, ToolCallSpec
+
+
+def python(code: str) -> ToolCallSpec:
+    return ToolCallSpec("python", {"code": code})
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    with FakeModelServer.in_thread() as fake:
+        yield fake
+
+
+@pytest.fixture
+def env(home: Path, server: FakeModelServer) -> Iterator[dict[str, str]]:
+    yield daemon_env(home, server)
+    kill_everything(home)
+
+
+def wait_idle(env: dict[str, str], cwd: Path, session: str) -> None:
+    """Block (on the event stream, not a sleep) until the session is idle."""
+    result = recursa(["attach", session, "--until-idle", "--after", "0"], env, cwd, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_detached_run_prints_its_id_and_finishes(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    server.push(Reply(tool_calls=[python("answer = 6 * 7")]), Reply(text="forty-two"))
+    started = recursa(["run", "--detach", "--model", "openai/m", "compute"], env, tmp_path)
+    assert started.returncode == 0, started.stderr
+    session = started.stdout.strip().splitlines()[-1]
+    assert session.startswith("s-")
+    wait_idle(env, tmp_path, session)
+    [listed] = agents(env, tmp_path)
+    assert {k: listed[k] for k in ("id", "name", "parent_id", "status")} == {
+        "id": session,
+        "name": None,
+        "parent_id": None,
+        "status": "idle",
+    }
+    logs = recursa(["logs", session], env, tmp_path)
+    assert logs.returncode == 0, logs.stderr
+    assert "compute" in logs.stdout
+    assert "answer = 6 * 7" in logs.stdout
+    assert "forty-two" in logs.stdout
+
+
+def test_an_attached_run_prints_the_answer(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    server.push(Reply(tool_calls=[python("print(2 ** 8)")]), Reply(text="256"))
+    result = recursa(["run", "--model", "openai/m", "2**8"], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "256"
+    assert "print(2 ** 8)" in result.stderr
+
+
+def test_the_daemon_killed_mid_cell_recovers_the_session(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """The acceptance check: kill -9 the daemon during a cell, restart it, and the
+    session finishes; agents shows it idle; logs show the task, the work before
+    the crash, and that it was recovered."""
+    server.push(
+        Reply(tool_calls=[python("import time\nprint('working', flush=True)\ntime.sleep(30)")]),
+        Reply(text="finished after the crash"),
+    )
+    started = recursa(["run", "--detach", "--model", "openai/m", "long job"], env, tmp_path)
+    session = started.stdout.strip().splitlines()[-1]
+
+    async def wait_for_the_cell() -> None:
+        async with DaemonClient(home) as client:
+            # cell_started is stored, so a follower that subscribes late still
+            # sees it (cell_output is transient and may have passed already).
+            async for record in client.events(session, follow=True):
+                if record.event.type == "cell_started":
+                    return
+
+    asyncio.run(asyncio.wait_for(wait_for_the_cell(), 60))
+    kill_daemon(home)
+
+    restarted = recursa(["daemon", "start"], env, tmp_path)
+    assert restarted.returncode == 0, restarted.stderr
+    wait_idle(env, tmp_path, session)
+    [listed] = agents(env, tmp_path)
+    assert listed["status"] == "idle"
+    logs = recursa(["logs", session, "--json"], env, tmp_path)
+    events = [json.loads(line) for line in logs.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    assert events[types.index("user_input")]["text"] == "long job"
+    assert "time.sleep(30)" in next(e["code"] for e in events if e["type"] == "cell_started")
+    assert any(e["type"] == "notice" and "recovered" in e["text"] for e in events)
+    lost = next(e for e in events if e["type"] == "cell_finished")
+    assert lost["status"] == "interrupted"
+    assert events[types.index("turn_ended")]["answer"] == "finished after the crash"
+    assert any(e["type"] == "kernel_status" and e["state"] == "reattached" for e in events)
+
+
+def test_stop_unloads_and_a_message_brings_the_namespace_back(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    server.push(
+        Reply(tool_calls=[python("kept = {'a': 1}")]),
+        Reply(text="stored"),
+        Reply(tool_calls=[python("print(kept['a'] + 1)")]),
+        Reply(text="2"),
+    )
+    started = recursa(["run", "--detach", "--model", "openai/m", "store"], env, tmp_path)
+    session = started.stdout.strip().splitlines()[-1]
+    wait_idle(env, tmp_path, session)
+    stopped = recursa(["stop", session], env, tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.strip() == f"{session}: inactive"
+    sent = recursa(["send", session, "use it"], env, tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    assert "delivered" in sent.stdout
+    wait_idle(env, tmp_path, session)
+    requests = server.requests
+    last_results = [m["content"] for m in requests[-1].body["messages"] if m["role"] == "tool"]
+    assert last_results[-1] == "2\n"
+
+
+def test_shutdown_and_start_again_keep_queued_messages(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    server.push(Reply(text="one"), Reply(text="two"))
+    started = recursa(["run", "--detach", "--model", "openai/m", "first"], env, tmp_path)
+    session = started.stdout.strip().splitlines()[-1]
+    wait_idle(env, tmp_path, session)
+    down = recursa(["shutdown"], env, tmp_path)
+    assert down.returncode == 0, down.stderr
+    status = recursa(["daemon", "status", "--json"], env, tmp_path)
+    assert json.loads(status.stdout) == {"running": False}
+    assert status.returncode == 1
+    # Any client command starts a daemon again; the session is there.
+    sent = recursa(["send", session, "second"], env, tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    wait_idle(env, tmp_path, session)
+    logs = recursa(["logs", session, "--json"], env, tmp_path)
+    answers = [
+        json.loads(line)["answer"]
+        for line in logs.stdout.splitlines()
+        if json.loads(line)["type"] == "turn_ended"
+    ]
+    assert answers == ["one", "two"]
+
+
+def test_an_unknown_session_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    result = recursa(["send", "s-nothing", "hi"], env, tmp_path)
+    assert result.returncode == 6
+    assert result.stderr.strip().count("\n") == 0
+    assert "s-nothing" in result.stderr
