@@ -23,6 +23,7 @@ import pytest
 from recursa.config import Config
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, KernelPool, OutputPart
+from recursa.kernel.orphans import launcher_of, running_kernels, stop_orphans
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc and uses pidfds"
@@ -223,6 +224,32 @@ async def test_a_kernel_outlives_its_starter_and_is_reattached(
     assert not alive(orphan.pid)
     assert not orphan.connection_file.exists()
     assert not list(orphan.connection_file.parent.iterdir())
+
+
+async def test_orphans_are_stopped_and_held_or_live_launchers_kernels_are_not(
+    orphans: Orphans, pool: KernelPool, tmp_path: Path
+) -> None:
+    held = await orphans.start("x = 1")
+    lost = await orphans.start("y = 2")
+    dead_files = tmp_path / "rt" / "kernel-999999999-0123456789ab.json"
+    dead_files.write_text("{}")  # a kernel long gone, launched by a process long gone
+    mine = await pool.acquire(orphans.cwd)  # launched by this process: never an orphan
+    try:
+        found = running_kernels(orphans.runtime)
+        assert {held.pid, lost.pid, mine.pid} <= set(found)
+        assert launcher_of(held.connection_file) not in (None, os.getpid())
+        killed = await stop_orphans(orphans.runtime, keep=[held.connection_file])
+        assert killed == [lost.pid]
+        assert not alive(lost.pid)
+        assert not lost.connection_file.exists()
+        assert not dead_files.exists()
+        assert alive(held.pid) and held.connection_file.exists()
+        assert mine.is_alive()
+        assert await stop_orphans(orphans.runtime, keep=[held.connection_file]) == []
+    finally:
+        await mine.shutdown()
+        kept = await pool.attach(held.connection_file, held.pid, orphans.cwd)
+        await kept.shutdown()
 
 
 FLOODS_UNTIL_INTERRUPTED = "print('running', flush=True)\nwhile True:\n    print('x' * 200)\n"

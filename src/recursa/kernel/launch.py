@@ -65,6 +65,49 @@ def __recursa_bootstrap():
     sys.modules["__recursa__"] = module
     get_ipython().user_ns["on_restore"] = module.on_restore
 
+    # The kernel-side API (rlm, agent_message): bound now, connected on first
+    # use with the socket and token that Kernel.export_env puts in os.environ.
+    # Hidden like IPython's own names, so snapshots leave them out. A kernel
+    # Python without recursa installed has no API.
+    try:
+        import recursa.api
+    except ImportError:
+        pass
+    else:
+        api = {}
+        recursa.api.install(api)
+        get_ipython().push(api, interactive=False)
+
+    # An interrupt must stop a cell that is awaiting (a sub-agent, a message,
+    # a sleep), not only one that computes. ipykernel turns SIGINT during an
+    # async cell into a cancellation of it, but schedules that from the
+    # signal handler with call_soon, which does not wake an event loop asleep
+    # in epoll: the cell went on until its wait ended, and the harness
+    # restarted the kernel, losing the namespace. A wakeup fd makes every
+    # signal wake the loop. Skipped if something else owns the wakeup fd.
+    import asyncio
+    import signal
+    from socket import socketpair
+
+    previous = signal.set_wakeup_fd(-1)
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+    else:
+        wake_read, wake_write = socketpair()
+        wake_read.setblocking(False)
+        wake_write.setblocking(False)
+
+        def drain_wakeups():
+            try:
+                while wake_read.recv(4096):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+
+        asyncio.get_running_loop().add_reader(wake_read.fileno(), drain_wakeups)
+        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+        module.wakeup_sockets = (wake_read, wake_write)  # kept open for the kernel's life
+
     # ipykernel ends every cell with sys.stdout.flush() and sys.stderr.flush(),
     # and each blocks on a round trip through its IOPub thread (about 0.2 ms),
     # even with nothing to send. Skip the round trip when the stream holds no
@@ -359,16 +402,19 @@ BOOTSTRAP = f"exec(compile({_BOOTSTRAP_SOURCE!r}, '<recursa-bootstrap>', 'exec')
 """Run silently in every fresh kernel process. It creates ``_out``, the dict
 where the session keeps the full text of outputs that were truncated for the
 model, and the private module ``__recursa__`` with ``on_restore``
-(:data:`recursa.kernel.snapshot.HOOKS_SOURCE`); makes an empty flush free;
+(:data:`recursa.kernel.snapshot.HOOKS_SOURCE`); binds the kernel-side API
+(``rlm``, ``agent_message``: :func:`recursa.api.install`, which imports
+neither the wire values nor httpx2) as hidden names; makes an interrupt stop
+a cell that is awaiting (a signal wakes the event loop); makes an empty flush free;
 stops forcing colors on programs; stops the kernel log from growing; makes
 all that a cell writes to the stdout and stderr descriptors
 (``sys.stdout.fileno()`` among them) part of that cell's output, ahead of
 its result; and bounds what a flood of output holds in memory, by sending it
 in pieces of :data:`OUTPUT_CHUNK_CHARS` at the pace the harness reads (the
-iopub socket waits for room instead of dropping). Only ``_out`` and
-``on_restore`` are left in the namespace. (matplotlib is not touched:
-ipykernel already selects its inline, non-interactive backend through
-``MPLBACKEND``, at no cost.)"""
+iopub socket waits for room instead of dropping). Only ``_out``,
+``on_restore`` and the API's names are left in the namespace. (matplotlib is
+not touched: ipykernel already selects its inline, non-interactive backend
+through ``MPLBACKEND``, at no cost.)"""
 
 
 def kernel_argv(python: str) -> list[str]:

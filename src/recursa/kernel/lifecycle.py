@@ -26,12 +26,12 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from uuid import uuid4
 
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
 from recursa.kernel.launch import BOOTSTRAP, ipc_prefix, make_manager
+from recursa.kernel.orphans import connection_name
 from recursa.kernel.watch import DEATH_POLL_INTERVAL, ProcessWatch
 from recursa.kernel.wire import Channels, JSONDict, execute_content, find_reply, utf8
 
@@ -85,7 +85,7 @@ class KernelProcess:
             # Absolute, so that the command line names it whatever the cwd:
             # adopting checks the process's command line against it.
             self._runtime_dir = Path(os.path.abspath(runtime_dir))
-            self._name = f"kernel-{uuid4().hex[:12]}"
+            self._name = connection_name()  # names this process: see orphans.py
             self.connection_file = self._runtime_dir / f"{self._name}.json"
         else:
             self.connection_file = Path(os.path.abspath(connection_file))
@@ -108,6 +108,10 @@ class KernelProcess:
 
     def is_alive(self) -> bool:
         return self._watch is not None and self._watch.is_alive()
+
+    def add_env(self, env: Mapping[str, str]) -> None:
+        """Add ``env`` to the environment of every process launched from now on."""
+        self._env.update({k: v for k, v in env.items() if k not in _PARENT_VARIABLES})
 
     # -- start ------------------------------------------------------------------------
 

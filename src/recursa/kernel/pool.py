@@ -5,7 +5,9 @@ pool waits only for a silent ``chdir``. The pool owns its background tasks and
 its spare kernels: :meth:`KernelPool.aclose` cancels the one and shuts down
 the other, so nothing outlives it. A kernel handed out by :meth:`acquire` or
 :meth:`attach` belongs to the caller, who shuts it down; it outlives this
-process if that dies first, and a later pool can :meth:`attach` to it.
+process if that dies first, and a later pool can :meth:`attach` to it. Spares
+(and a kernel on its way out) outlive a process killed outright as well; a
+later pool on the same directory stops them (:meth:`stop_orphans`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from recursa.errors import KernelError
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
+from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
 
 log = logging.getLogger(__name__)
@@ -128,6 +131,15 @@ class KernelPool:
             interrupt_grace=self._interrupt_grace,
             max_output_chars=self._max_output_chars,
         )
+
+    async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
+        """Kill the kernels of this pool's directory that an earlier process
+        launched and left to nobody (its spares, a kernel it was handing out),
+        and remove their files; ``keep`` are connection files still held
+        (by sessions that reattach them). See :mod:`recursa.kernel.orphans`.
+        Returns the pids killed."""
+        self._check_open()
+        return await stop_orphans(self._runtime_dir, keep=keep)
 
     async def _take_spare(self) -> Kernel | None:
         """A live spare: one ready, else the first of the starts in flight that

@@ -9,8 +9,8 @@ process; what comes back is a :class:`CellOutput`, a pure value.
 The guarantees a session relies on:
 
 - The kernel's environment is exactly the mapping given (the allow-listed
-  one from :func:`recursa.config.kernel_environment`), for every process a
-  restart makes too.
+  one from :func:`recursa.config.kernel_environment`) and what
+  :meth:`Kernel.export_env` added since, for every process a restart makes too.
 - The process outlives this one: it leads its own session and does not
   watch its parent, and its connection file stays while it runs.
   :meth:`Kernel.attach` takes it over from a later process (a daemon
@@ -33,8 +33,10 @@ The guarantees a session relies on:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -58,16 +60,19 @@ DEFAULT_INTERRUPT_GRACE = 3.0
 """Seconds a cell has to stop after an interrupt before the kernel is restarted."""
 ATTACH_TIMEOUT = 3.0
 """Seconds a kernel being reattached has to answer on its control channel."""
-IDLE_PROBE = 0.5
+IDLE_PROBE = 0.2
 """Seconds a reattached kernel has to answer on shell before it is taken to be
 running a cell (an idle one answers within milliseconds; a busy one only
-once the cell ends)."""
+once the cell ends). Taking an idle kernel for a busy one costs little: it
+is interrupted, which an idle ipykernel ignores, and answers at once. This is
+on the path of every recovery that finds a cell cut short."""
 
 AttachOutcome = Literal["idle", "interrupted", "restarted"]
 """What :meth:`Kernel.attach` found: an idle kernel, one running a cell (which
 was interrupted), or one that had to be replaced."""
 
 _STRENGTH: dict[StopReason | None, int] = {None: 0, "interrupt": 1, "restart": 2, "shutdown": 3}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +324,28 @@ class Kernel:
             await self._ensure_alive()
             await self._proc.silent(f"__import__('os').chdir({str(cwd)!r})")
             self._cwd = cwd
+
+    async def export_env(self, env: Mapping[str, str]) -> None:
+        """Set ``env`` in the kernel's ``os.environ``, silently (no output, no
+        history, no execution count), and in the environment every later
+        restart starts with. The session exports the kernel-side API's socket
+        and token this way once it has a kernel (DESIGN.md, Processes).
+        Raises ValueError for a name or value an environment cannot hold, and
+        :class:`KernelError` if the kernel cannot be reached (a dead kernel is
+        restarted first, as for :meth:`chdir`)."""
+        values = dict(env)
+        for name, value in values.items():
+            if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
+                raise ValueError(f"not an environment variable name: {name!r}")
+            if not isinstance(value, str) or "\0" in value:
+                raise ValueError(f"the value of {name} must be a string without NUL")
+        code = f"__import__('os').environ.update(__import__('json').loads({PAYLOAD_EXPR}))"
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            self._proc.add_env(values)
+            await self._ensure_alive()
+            await self._proc.silent(code, payload=json.dumps(values))
 
     async def set_output(self, cell: int, text: str) -> None:
         """Set ``_out[cell] = text`` in the kernel, silently: no output, no

@@ -1,0 +1,202 @@
+"""Kernels nobody holds any more: found by their command lines, stopped, their
+files removed.
+
+A kernel outlives the process that launched it, so that a daemon killed with
+SIGKILL can reattach its sessions' kernels when it starts again (the store
+remembers which kernel each session holds). A kernel that no session held yet
+when its launcher died (a warm spare of the pool, or one on its way to a
+session) is remembered nowhere, and would run for ever: one more after every
+crash.
+
+So every connection file is named for the process that launched its kernel,
+``kernel-<launcher pid>-<random>.json`` (:func:`connection_name`), and a
+kernel's command line names its connection file. The kernels of a runtime
+directory are found by their command lines (:func:`running_kernels`); one
+whose launcher is gone and that nobody claims is an orphan, which
+:func:`stop_orphans` kills (its whole process group) before removing its
+connection file, log and sockets.
+
+A kernel whose launcher still runs is never touched: it may belong to another
+runtime on the same directory (``recursa run --no-daemon`` beside a daemon).
+If the launcher's pid was taken by a new process since, the orphan is left
+running: a leak, never a wrong kill. Connection files named the old way
+(``kernel-<random>.json``) carry no launcher and are left alone too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Collection
+from pathlib import Path
+from uuid import uuid4
+
+from recursa.errors import KernelError
+from recursa.kernel.watch import ProcessWatch, command_line
+
+log = logging.getLogger(__name__)
+
+ORPHAN_KILL_WAIT = 5.0
+"""Seconds an orphan killed with SIGKILL has to be gone."""
+
+_NAME = re.compile(r"kernel-(?P<launcher>\d+)-(?P<key>[0-9a-f]+)")
+_LINUX = sys.platform.startswith("linux")
+
+
+def connection_name() -> str:
+    """A new kernel's file name stem, naming this process as its launcher."""
+    return f"kernel-{os.getpid()}-{uuid4().hex[:12]}"
+
+
+def launcher_of(connection_file: Path) -> int | None:
+    """The pid of the process that launched the kernel of ``connection_file``;
+    None for a name without one."""
+    found = _NAME.fullmatch(connection_file.stem)
+    return int(found["launcher"]) if found else None
+
+
+def running_kernels(runtime_dir: Path) -> dict[int, Path]:
+    """Live kernel processes launched with a connection file in ``runtime_dir``,
+    by pid (a zombie counts as gone)."""
+    runtime_dir = _absolute(runtime_dir)
+    pattern = re.compile(re.escape(os.fsencode(runtime_dir)) + rb"/kernel-[^/\s\x00]+\.json")
+    found: dict[int, Path] = {}
+    for pid, args in _command_lines():
+        match = pattern.search(args)
+        if match is not None and pid != os.getpid():
+            found[pid] = Path(os.fsdecode(match.group()))
+    return found
+
+
+async def stop_orphans(runtime_dir: Path, *, keep: Collection[Path]) -> list[int]:
+    """Kill every kernel of ``runtime_dir`` whose launcher is gone and whose
+    connection file is not in ``keep`` (the files sessions hold), and remove
+    the files such kernels leave (also of ones already dead). Returns the pids
+    killed. Never raises for one kernel: what fails is logged and left.
+
+    The scan is a few milliseconds of synchronous reads (``/proc``, or one
+    ``ps`` elsewhere), done once at a daemon's start."""
+    orphans, kept = find_orphans(runtime_dir, keep=keep)
+    killed: list[int] = []
+    for pid, connection_file in orphans.items():
+        try:
+            await _kill(pid, connection_file)
+        except KernelError as exc:  # gone meanwhile, or its pid is someone else's now
+            log.info("orphan kernel %d: %s", pid, exc)
+            kept.add(connection_file)
+            continue
+        killed.append(pid)
+        log.warning("stopped orphan kernel %d (%s)", pid, connection_file.name)
+    _remove_litter(runtime_dir, kept)
+    return killed
+
+
+def find_orphans(runtime_dir: Path, *, keep: Collection[Path]) -> tuple[dict[int, Path], set[Path]]:
+    """The orphans of ``runtime_dir`` by pid, and the connection files to keep:
+    ``keep`` and those of every kernel that is not an orphan."""
+    kept = {_absolute(path) for path in keep}
+    orphans: dict[int, Path] = {}
+    for pid, connection_file in running_kernels(runtime_dir).items():
+        if connection_file in kept or not _launcher_gone(connection_file):
+            kept.add(connection_file)
+        else:
+            orphans[pid] = connection_file
+    return orphans, kept
+
+
+def _remove_litter(runtime_dir: Path, kept: set[Path]) -> None:
+    """Remove the files of kernels that are gone, launched by processes that are gone."""
+    with contextlib.suppress(OSError):
+        for connection_file in _absolute(runtime_dir).glob("kernel-*.json"):
+            if connection_file not in kept and _launcher_gone(connection_file):
+                _remove_files(connection_file)
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def _launcher_gone(connection_file: Path) -> bool:
+    launcher = launcher_of(connection_file)
+    if launcher is None or launcher == os.getpid():
+        return False
+    return command_line(launcher) is None
+
+
+async def _kill(pid: int, connection_file: Path) -> None:
+    # The pidfd taken by adopt() holds the very process whose command line was
+    # checked, so a pid reused since the scan is never signalled.
+    watch = ProcessWatch.adopt(pid, connection_file)
+    try:
+        watch.signal_group(signal.SIGKILL)
+        await watch.wait_exit(ORPHAN_KILL_WAIT)
+        if watch.is_alive():
+            raise KernelError(f"kernel process {pid} did not exit when killed")
+    finally:
+        watch.close()
+
+
+def _remove_files(connection_file: Path) -> None:
+    """The connection file, the kernel's log and its unix sockets."""
+    sockets: list[Path] = []
+    try:
+        info = json.loads(connection_file.read_text(encoding="utf-8"))
+        if isinstance(info, dict) and info.get("transport") == "ipc":
+            prefix = str(info["ip"])
+            sockets = [
+                Path(f"{prefix}-{port}")
+                for key, port in info.items()
+                if key.endswith("_port") and isinstance(port, int)
+            ]
+    except (OSError, ValueError, KeyError):
+        pass
+    for path in (*sockets, connection_file.with_suffix(".log"), connection_file):
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _command_lines() -> list[tuple[int, bytes]]:
+    """Every process's pid and command line (arguments joined by NUL on Linux,
+    by spaces elsewhere); zombies have none and are left out."""
+    if _LINUX:
+        found = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                        args = f.read()
+                except OSError:
+                    continue
+                if args:
+                    found.append((int(entry.name), args))
+        return found
+    try:
+        done = subprocess.run(
+            ["ps", "-axww", "-o", "pid=,args="], capture_output=True, check=False, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = []
+    for line in done.stdout.splitlines():
+        pid, _, args = line.strip().partition(b" ")
+        if pid.isdigit():
+            lines.append((int(pid), args))
+    return lines
+
+
+__all__ = [
+    "ORPHAN_KILL_WAIT",
+    "connection_name",
+    "find_orphans",
+    "launcher_of",
+    "running_kernels",
+    "stop_orphans",
+]
