@@ -42,6 +42,13 @@ The file, field by field::
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
     snapshot_max_mb = 1024              # a namespace snapshot's cap; what does not fit is listed
     checkpoint = "turn"                 # snapshot after every turn that ran cells, or "unload" only
+    max_kernels = 64                    # live kernels at most; the longest idle session unloads
+
+    [agents]
+    max_depth = 2                       # sub-agents of sub-agents of ...: how deep
+    max_message_chars = 65536           # one agent message
+    max_pending = 200                   # messages waiting for one session
+    messages_per_minute = 120           # one session's send rate
 
     [local]
     n_ctx = 8192                        # context length for embedded models
@@ -82,7 +89,12 @@ DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 DEFAULT_LOCAL_N_CTX = 8192
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+DEFAULT_MAX_DEPTH = 2
+DEFAULT_MAX_MESSAGE_CHARS = 65536
+DEFAULT_MAX_PENDING = 200
+DEFAULT_MESSAGES_PER_MINUTE = 120
 DEFAULT_SNAPSHOT_MAX_MB = 1024
+DEFAULT_MAX_KERNELS = 64
 
 KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
     {
@@ -169,6 +181,17 @@ class SessionsConfig:
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     snapshot_max_bytes: int = DEFAULT_SNAPSHOT_MAX_MB << 20
     checkpoint_each_turn: bool = True
+    max_kernels: int = DEFAULT_MAX_KERNELS
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsConfig:
+    """Sub-agents and the messages between agents."""
+
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    max_pending: int = DEFAULT_MAX_PENDING
+    messages_per_minute: int = DEFAULT_MESSAGES_PER_MINUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +213,7 @@ class Config:
     limits: Limits = Limits()
     kernel: KernelConfig = KernelConfig()
     sessions: SessionsConfig = SessionsConfig()
+    agents: AgentsConfig = AgentsConfig()
     local: LocalConfig = LocalConfig()
 
     @property
@@ -313,6 +337,7 @@ def load_config(
             max_output_chars=max_output,
         ),
         sessions=_sessions(_table(data, "sessions", path), path),
+        agents=_agents(_table(data, "agents", path), path),
         local=_local(_table(data, "local", path), _cache_dir(environ), path),
     )
 
@@ -500,7 +525,12 @@ def _limits(table: dict[str, Any], path: Path) -> Limits:
 
 
 def _sessions(table: dict[str, Any], path: Path) -> SessionsConfig:
-    _check_keys(table, {"idle_timeout", "snapshot_max_mb", "checkpoint"}, "sessions", path)
+    _check_keys(
+        table, {"idle_timeout", "snapshot_max_mb", "checkpoint", "max_kernels"}, "sessions", path
+    )
+    max_kernels = int(_number(table, "max_kernels", DEFAULT_MAX_KERNELS, path, "sessions."))
+    if max_kernels < 1:
+        raise ConfigError(f"{path}: sessions.max_kernels must be at least 1")
     idle = parse_duration(
         table.get("idle_timeout", DEFAULT_IDLE_TIMEOUT), key="sessions.idle_timeout"
     )
@@ -512,7 +542,24 @@ def _sessions(table: dict[str, Any], path: Path) -> SessionsConfig:
         idle_timeout=idle,
         snapshot_max_bytes=max(1, int(cap)) << 20,
         checkpoint_each_turn=checkpoint == "turn",
+        max_kernels=max_kernels,
     )
+
+
+def _agents(table: dict[str, Any], path: Path) -> AgentsConfig:
+    keys = {"max_depth", "max_message_chars", "max_pending", "messages_per_minute"}
+    _check_keys(table, keys, "agents", path)
+    defaults = AgentsConfig()
+    values = {
+        key: int(_number(table, key, getattr(defaults, key), path, "agents.")) for key in keys
+    }
+    if (
+        values["max_message_chars"] < 1
+        or values["max_pending"] < 1
+        or values["messages_per_minute"] < 1
+    ):
+        raise ConfigError(f"{path}: agents limits must be at least 1")
+    return AgentsConfig(**values)
 
 
 def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:
@@ -529,6 +576,7 @@ def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:
 
 
 __all__ = [
+    "AgentsConfig",
     "Config",
     "KernelConfig",
     "Limits",

@@ -13,7 +13,8 @@
     │   └── NotFound                 no such session, entry or job                        exit 6
     ├── DaemonError                 the daemon cannot be reached or refused the client   exit 7
     │   └── AuthError                a wrong or missing token                             exit 7
-    └── UncertainCommand            a command's outcome was lost in a crash; not rerun   exit 10
+    ├── UncertainCommand            a command's outcome was lost in a crash; not rerun   exit 10
+    └── SubagentFailed              (in a kernel) a sub-agent ended without an answer
 
 Mistakes the *model* makes (bad tool arguments, a failing cell, an empty reply)
 are not exceptions: they are recorded in the transcript and told to the model
@@ -125,6 +126,11 @@ class UncertainCommand(RecursaError):
     exit_code = 10
 
 
+class SubagentFailed(RecursaError):
+    """Raised in a kernel by ``await handle.result()`` when the sub-agent's work
+    ended without an answer; the message says why (its last turn's reason)."""
+
+
 __all__ = [
     "FAILURE_KINDS",
     "RETRYABLE_KINDS",
@@ -138,6 +144,7 @@ __all__ = [
     "ProviderError",
     "RecursaError",
     "StoreError",
+    "SubagentFailed",
     "UncertainCommand",
     "UsageError",
 ]

@@ -114,7 +114,10 @@ def test_canary_provider_keys_never_reach_the_kernel(
 ) -> None:
     probe = (
         "import os\n"
-        "hits = [k for k, v in os.environ.items() if 'canary' in v.lower() or 'KEY' in k or 'TOKEN' in k]\n"
+        "planted = ('sk-canary', 'sk-ant-canary', 'canary-corp')\n"
+        "ours = {'RECURSA_KERNEL_TOKEN', 'RECURSA_API_SOCKET'}\n"
+        "hits = [k for k, v in os.environ.items()\n"
+        "        if any(p in v for p in planted) or (('KEY' in k or 'TOKEN' in k) and k not in ours)]\n"
         "print(sorted(hits))"
     )
     server.push(Reply(tool_calls=[python(probe)]), Reply(text="checked"))

@@ -29,6 +29,7 @@ from recursa.protocol.events import (
     Event,
     ModelUsage,
     Notice,
+    ReadMessage,
     TextDelta,
     TurnStarted,
     UserInput,
@@ -94,6 +95,8 @@ def _sample_value(hint: Any, name: str) -> Any:
         return (_sample_value(args[0], name),)
     if hint is ToolCall:
         return ToolCall(id="call_1", name="python", arguments='{"code": "1+1"}')
+    if hint is ReadMessage:
+        return ReadMessage(id=1, sender="s-child", source="child", text="done: 42")
     samples: dict[Any, Any] = {str: f"{name} ✓", int: 7, float: 2.5, bool: True}
     if hint in samples:
         return samples[hint]

@@ -14,6 +14,7 @@ Exit codes: 0 answered; 4 the provider failed; 8 a limit was reached;
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import signal
 import sys
@@ -26,14 +27,23 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
-from recursa.cli.render import LIMIT_REASONS, TranscriptPrinter, json_line, usage_dict, usage_of
+from recursa.cli.render import (
+    LIMIT_REASONS,
+    TranscriptPrinter,
+    json_line,
+    usage_dict,
+    usage_line,
+    usage_of,
+)
 from recursa.config import Config, color_enabled, environment, load_config, parse_duration
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
+from recursa.daemon.embedded import serve_embedded
 from recursa.errors import UsageError
 from recursa.protocol.events import TurnEnded
-from recursa.protocol.wire import CreateSession, SendMessage, Usage
+from recursa.protocol.wire import CreateSession, SendMessage, SessionInfo, Usage, UsageNode
 from recursa.runtime import Runtime
+from recursa.runtime.host import RuntimeHost
 from recursa.session import Session
 
 EXIT_BY_REASON = {
@@ -142,7 +152,7 @@ async def _run_in_daemon(
         printer = TranscriptPrinter(color=color_enabled(sys.stderr))
         state = Follow()
         if request.task is not None:
-            await follow_until_idle(client, info.id, state, printer, json_lines=json_lines)
+            state = await _until_quiet(client, info.id, state, printer, json_lines)
             _answer(state.last_end, json_lines)
         if interactive and not state.detached:
             printer.echo_user = False
@@ -151,18 +161,50 @@ async def _run_in_daemon(
                     continue
                 await client.send(info.id, SendMessage(line, mode="follow_up"))
                 state.seen_turn = False
-                state = await follow_until_idle(
-                    client, info.id, state, printer, json_lines=json_lines
-                )
+                state = await _until_quiet(client, info.id, state, printer, json_lines)
                 _answer(state.last_end, json_lines)
                 if state.detached:
                     break
-        usage = (await client.session(info.id)).usage
+        tree = await client.usage(info.id)
+        children = [c for c in await client.sessions() if c.parent_id is not None]
+        usage = tree.own
     if state.detached:
         print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
         return 130
     _finish(info.id, state.last_end, usage, printer, json_lines, time.monotonic() - started)
+    _children_summary(tree, children, json_lines)
     return EXIT_BY_REASON.get(state.last_end.reason, 1) if state.last_end is not None else 0
+
+
+async def _until_quiet(
+    client: DaemonClient, session: str, state: Follow, printer: TranscriptPrinter, json_lines: bool
+) -> Follow:
+    """Follow the root until its whole tree is quiet: a sub-agent's answer starts
+    another turn of the root, so its idling is not the end while children work."""
+    while True:
+        state = await follow_until_idle(client, session, state, printer, json_lines=json_lines)
+        if state.detached or await client.wait_quiet(session, 0):
+            return state
+        state.seen_turn = False
+
+
+def _children_summary(tree: UsageNode, children: list[SessionInfo], json_lines: bool) -> None:
+    """One line about the sub-agents of the tree, when it has any."""
+    ids = set(_descendants(tree))
+    mine = [c for c in children if c.id in ids]
+    if json_lines or not mine:
+        return
+    statuses = collections.Counter(c.status for c in mine)
+    states = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    subtree = usage_line(tree.total)
+    print(
+        f"── {len(mine)} sub-agent{'s' * (len(mine) != 1)} ({states}) · tree: {subtree}",
+        file=sys.stderr,
+    )
+
+
+def _descendants(node: UsageNode) -> list[str]:
+    return [d for child in node.children for d in (child.id, *_descendants(child))]
 
 
 async def _run(
@@ -176,7 +218,11 @@ async def _run(
 ) -> int:
     started = time.monotonic()
     printer = TranscriptPrinter(color=color_enabled(sys.stderr))
-    async with await Runtime.open(config, warm_kernels=0) as runtime:
+    async with (
+        await Runtime.open(config, warm_kernels=0) as runtime,
+        serve_embedded(RuntimeHost(runtime), directory=config.home / "api") as api_socket,
+    ):
+        runtime.api_socket = api_socket  # kernels reach rlm() and agent_message here
         session = await runtime.create_session(model=model, cwd=cwd, name=name)
         for record in session.history():  # what was recorded before we listened
             show(record, printer, json_lines)
@@ -186,12 +232,12 @@ async def _run(
         end: TurnEnded | None = None
         try:
             if task and task.strip():
-                end = await _turn(session, task, json_lines)
+                end = await _turn(runtime, session, task, json_lines)
             if interactive:
                 printer.echo_user = False  # what is typed at the prompt is on screen already
                 async for line in stdin_lines():
                     if line.strip():
-                        end = await _turn(session, line, json_lines)
+                        end = await _turn(runtime, session, line, json_lines)
         except asyncio.CancelledError:
             if not interrupts.hard:
                 raise
@@ -200,15 +246,37 @@ async def _run(
             interrupts.remove()
         totals = usage_of(runtime.store.usage_totals(session.id))
         _finish(session.id, end, totals, printer, json_lines, time.monotonic() - started)
+        tree = runtime.tree.usage(session.id)
+        children = [
+            SessionInfo(
+                id=row.id,
+                name=row.name,
+                parent_id=row.parent_id,
+                status=row.status,
+                model=row.model,
+                cwd=row.cwd,
+                created_at=row.created_at,
+                last_activity=row.updated_at,
+            )
+            for row in runtime.store.sessions()
+            if row.parent_id is not None
+        ]
+        _children_summary(tree, children, json_lines)
         if interrupts.hard:
             return 130
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
 
 
-async def _turn(session: Session, text: str, json_lines: bool) -> TurnEnded | None:
-    """One turn; its answer goes to stdout as soon as it is known."""
+async def _turn(
+    runtime: Runtime, session: Session, text: str, json_lines: bool
+) -> TurnEnded | None:
+    """One message, and the work it causes down the tree; then its answer goes
+    to stdout. (A sub-agent's answer starts another turn of the root, so the
+    root's idling is not the end while sub-agents work.)"""
     session.send(text, mode="follow_up")
-    end = await session.wait_idle()
+    await session.wait_idle()
+    await runtime.tree.wait_quiet(session.id, None)
+    end = session.last_end
     _answer(end, json_lines)
     return end
 

@@ -16,12 +16,12 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
-from recursa.cli.render import TranscriptPrinter, printable, usage_line
+from recursa.cli.render import TranscriptPrinter, printable, usage_dict, usage_line
 from recursa.config import color_enabled, environment, load_config
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.protocol.events import TurnStarted
-from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, to_json
+from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, UsageNode, to_json
 
 
 async def _client() -> DaemonClient:
@@ -207,3 +207,42 @@ def logs(
                 print(f"── {info.id} {info.status} · {usage_line(info.usage)}{answer}")
 
     asyncio.run(go())
+
+
+@app.command()
+def usage(
+    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    json_out: Annotated[bool, typer.Option("--json", help="The tree as JSON.")] = False,
+) -> None:
+    """Tokens and cost of a session and of its whole tree of sub-agents."""
+
+    async def go() -> UsageNode:
+        async with await _client() as client:
+            return await client.usage(session)
+
+    node = asyncio.run(go())
+    if json_out:
+        print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
+        return
+    for depth, item in _usage_rows(node, 0):
+        name = f" {item.name}" if item.name else ""
+        own = usage_line(item.own)
+        subtree = f"  · subtree: {usage_line(item.total)}" if item.children else ""
+        print(f"{'  ' * depth}{item.id}{name}  {own}{subtree}")
+
+
+def _usage_json(node: UsageNode) -> dict[str, object]:
+    return {
+        "id": node.id,
+        "name": node.name,
+        "own": usage_dict(node.own),
+        "total": usage_dict(node.total),
+        "children": [_usage_json(child) for child in node.children],
+    }
+
+
+def _usage_rows(node: UsageNode, depth: int) -> list[tuple[int, UsageNode]]:
+    rows = [(depth, node)]
+    for child in node.children:
+        rows.extend(_usage_rows(child, depth + 1))
+    return rows

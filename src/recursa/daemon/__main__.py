@@ -8,7 +8,9 @@ In order: make the process non-dumpable; take the home's lock (another
 daemon holds it → one line, exit :data:`~recursa.daemon.paths.EXIT_ALREADY_RUNNING`);
 read the credentials from stdin (skipped when stdin is a terminal) and
 resolve the configuration with them; bind the socket; open the host; write
-the state file and serve until a stop; close the host; release the lock.
+the state file and serve until a stop (the kernels' routes too, when the host
+is also a :class:`~recursa.daemon.host.KernelHost`, as the runtime's is);
+close the host; release the lock.
 
 Signals: SIGTERM or SIGINT while serving stops gracefully (see
 :mod:`recursa.daemon.server`); before serving, they unwind the start (closing
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import TextIO, cast
 
 from recursa.config import Config, load_config
+from recursa.daemon.app import kernel_host_of
 from recursa.daemon.errormap import one_line
 from recursa.daemon.harden import harden_process
 from recursa.daemon.host import Host
@@ -116,7 +119,12 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
         token = ensure_token(paths)
         host, close = await factory(config)
         try:
-            server = DaemonServer(host, paths=paths, sock=sock, token=token)
+            kernel_host = kernel_host_of(host)
+            if kernel_host is None:
+                logger.warning("the host serves no kernel routes: kernels cannot reach it")
+            server = DaemonServer(
+                host, paths=paths, sock=sock, token=token, kernel_host=kernel_host
+            )
             await server.serve()
         finally:
             _force_on_signal(host)

@@ -1,7 +1,7 @@
 """The daemon's HTTP API: a thin ASGI translation over a :class:`~recursa.daemon.host.Host`.
 
-Routes (all under :data:`~recursa.protocol.wire.API_PREFIX`, all need the
-client token; bodies and replies are the wire values of
+Client routes (all under :data:`~recursa.protocol.wire.API_PREFIX`, all need
+the client token; bodies and replies are the wire values of
 :mod:`recursa.protocol.wire` as JSON)::
 
     GET  /status                          → DaemonStatus
@@ -12,7 +12,13 @@ client token; bodies and replies are the wire values of
     POST /sessions/{ref}/interrupt        → SessionInfo
     POST /sessions/{ref}/stop             → SessionInfo
     GET  /sessions/{ref}/events?after=SEQ&follow=0|1  → NDJSON stream of records
+    GET  /sessions/{ref}/usage            → UsageNode
+    POST /sessions/{ref}/wait-quiet  {"timeout": seconds|null} → {"quiet": bool}  (a long poll)
     POST /shutdown          Shutdown      → {}            202, then the server stops
+
+The kernels' routes, under ``/kernel/`` and for kernel tokens only, are
+those of :mod:`recursa.daemon.kernel_routes`; they exist when the app is
+given a :class:`~recursa.daemon.host.KernelHost`.
 
 ``ref`` is a session id, a unique id prefix or a name. Mutating routes pass
 the ``Recursa-Client`` and ``Recursa-Command`` headers on as a
@@ -21,7 +27,9 @@ without the other is a bad request).
 
 Every failure is one JSON error body (:mod:`recursa.daemon.errormap`): a
 malformed request is 400, a bug is logged with its traceback and answered 500
-with the one line ``internal error: Type: message``.
+with the one line ``internal error: Type: message``. A long poll waits on the
+host alone (:func:`~recursa.daemon.replies.long_poll`) and ends when the
+client goes away or the server stops.
 
 An event stream sends one :func:`~recursa.protocol.events.record_to_dict`
 per line, and the control lines of :data:`~recursa.protocol.wire.StreamControl`:
@@ -33,10 +41,9 @@ the client disconnects, and the host's iterator is closed then, always.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -47,8 +54,20 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from recursa.daemon.auth import KernelAuth, TokenAuth
-from recursa.daemon.errormap import one_line, status_for, wire_error
-from recursa.daemon.host import Host
+from recursa.daemon.errormap import one_line, wire_error
+from recursa.daemon.host import Host, KernelHost
+from recursa.daemon.kernel_routes import kernel_routes
+from recursa.daemon.replies import (
+    MAX_BODY_BYTES,
+    StopSignal,
+    error_response,
+    guarded,
+    json_object,
+    json_reply,
+    long_poll,
+    read_json,
+    seconds_field,
+)
 from recursa.protocol.events import EventRecord, json_text, record_to_dict
 from recursa.protocol.wire import (
     API_PREFIX,
@@ -57,7 +76,6 @@ from recursa.protocol.wire import (
     HEARTBEAT_SECONDS,
     CommandKey,
     CreateSession,
-    ErrorKind,
     SendMessage,
     Shutdown,
     error_body,
@@ -65,32 +83,29 @@ from recursa.protocol.wire import (
     to_json,
 )
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_HEADER_ID_CHARS = 200
 NDJSON = "application/x-ndjson"
+KERNEL_METHODS = (
+    "session_of_token",
+    "spawn",
+    "subagents",
+    "subagent",
+    "wait",
+    "delete_subagent",
+    "message",
+    "inbox",
+)
+"""What a host must have to serve the kernels' routes (:class:`KernelHost`)."""
 
 logger = logging.getLogger("recursa.daemon")
 
 
-class StopSignal:
-    """A stop of the server, asked for by ``POST /v1/shutdown`` or a signal.
-
-    Shared by the app and its server (:mod:`recursa.daemon.server`): open event
-    streams end when it is set, and the server then exits. Use it from the
-    event loop's thread."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def request(self) -> None:
-        self._event.set()
-
-    @property
-    def requested(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
+def kernel_host_of(host: object) -> KernelHost | None:
+    """``host`` as a :class:`KernelHost` when it has the methods of one (the
+    runtime's host serves both), else None."""
+    if all(callable(getattr(host, name, None)) for name in KERNEL_METHODS):
+        return cast(KernelHost, host)
+    return None
 
 
 def create_app(
@@ -98,23 +113,34 @@ def create_app(
     *,
     token: str,
     stop: StopSignal,
+    kernel_host: KernelHost | None = None,
     kernel_auth: KernelAuth | None = None,
     heartbeat: float = HEARTBEAT_SECONDS,
 ) -> ASGIApp:
-    """The daemon's ASGI app: the routes above, behind :class:`~recursa.daemon.auth.TokenAuth`."""
+    """The daemon's ASGI app: the routes above, behind :class:`~recursa.daemon.auth.TokenAuth`.
+
+    With ``kernel_host``, the kernels' routes too, and a kernel token is
+    mapped to its session by ``kernel_host.session_of_token`` (unless
+    ``kernel_auth`` is given: tests)."""
     api = _Api(host, stop, heartbeat)
     p = API_PREFIX
     routes = [
-        Route(f"{p}/status", _guarded(api.status), methods=["GET"]),
-        Route(f"{p}/sessions", _guarded(api.create_session), methods=["POST"]),
-        Route(f"{p}/sessions", _guarded(api.sessions), methods=["GET"]),
-        Route(f"{p}/sessions/{{ref}}", _guarded(api.session), methods=["GET"]),
-        Route(f"{p}/sessions/{{ref}}/messages", _guarded(api.send), methods=["POST"]),
-        Route(f"{p}/sessions/{{ref}}/interrupt", _guarded(api.interrupt), methods=["POST"]),
-        Route(f"{p}/sessions/{{ref}}/stop", _guarded(api.stop), methods=["POST"]),
-        Route(f"{p}/sessions/{{ref}}/events", _guarded(api.events), methods=["GET"]),
-        Route(f"{p}/shutdown", _guarded(api.shutdown), methods=["POST"]),
+        Route(f"{p}/status", guarded(api.status), methods=["GET"]),
+        Route(f"{p}/sessions", guarded(api.create_session), methods=["POST"]),
+        Route(f"{p}/sessions", guarded(api.sessions), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}", guarded(api.session), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}/messages", guarded(api.send), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/interrupt", guarded(api.interrupt), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/stop", guarded(api.stop), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/events", guarded(api.events), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}/usage", guarded(api.usage), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}/wait-quiet", guarded(api.wait_quiet), methods=["POST"]),
+        Route(f"{p}/shutdown", guarded(api.shutdown), methods=["POST"]),
     ]
+    if kernel_host is not None:
+        routes += kernel_routes(kernel_host, stop)
+        if kernel_auth is None:
+            kernel_auth = kernel_host.session_of_token
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
     return TokenAuth(app, token=token, kernel_auth=kernel_auth)
 
@@ -126,30 +152,30 @@ class _Api:
         self._heartbeat = heartbeat
 
     async def status(self, request: Request) -> Response:
-        return _json(to_json(await self._host.status()))
+        return json_reply(to_json(await self._host.status()))
 
     async def create_session(self, request: Request) -> Response:
-        body = from_json(CreateSession, await _read_json(request))
+        body = from_json(CreateSession, await read_json(request))
         info = await self._host.create_session(body, _command_key(request))
-        return _json(to_json(info), status=201)
+        return json_reply(to_json(info), status=201)
 
     async def sessions(self, request: Request) -> Response:
-        return _json([to_json(info) for info in await self._host.sessions()])
+        return json_reply([to_json(info) for info in await self._host.sessions()])
 
     async def session(self, request: Request) -> Response:
-        return _json(to_json(await self._host.session(_ref(request))))
+        return json_reply(to_json(await self._host.session(_ref(request))))
 
     async def send(self, request: Request) -> Response:
-        body = from_json(SendMessage, await _read_json(request))
+        body = from_json(SendMessage, await read_json(request))
         receipt = await self._host.send(_ref(request), body, _command_key(request))
-        return _json(to_json(receipt))
+        return json_reply(to_json(receipt))
 
     async def interrupt(self, request: Request) -> Response:
-        return _json(to_json(await self._host.interrupt(_ref(request))))
+        return json_reply(to_json(await self._host.interrupt(_ref(request))))
 
     async def stop(self, request: Request) -> Response:
         info = await self._host.stop(_ref(request), _command_key(request))
-        return _json(to_json(info))
+        return json_reply(to_json(info))
 
     async def events(self, request: Request) -> Response:
         after = _int_param(request, "after", default=0)
@@ -160,82 +186,37 @@ class _Api:
         records = self._host.events(info.id, after=after, follow=follow)
         return _EventStream(records, heartbeat=self._heartbeat, stop=self._stop)
 
+    async def usage(self, request: Request) -> Response:
+        return json_reply(to_json(await self._host.usage(_ref(request))))
+
+    async def wait_quiet(self, request: Request) -> Response:
+        body = json_object(await read_json(request, empty_ok=True))
+        timeout = seconds_field(body, "timeout", allow_null=True)
+        ref = _ref(request)
+        quiet = await long_poll(request, self._stop, self._host.wait_quiet(ref, timeout))
+        return json_reply({"quiet": bool(quiet)})
+
     async def shutdown(self, request: Request) -> Response:
-        body = from_json(Shutdown, await _read_json(request, empty_ok=True))
+        body = from_json(Shutdown, await read_json(request, empty_ok=True))
         if not isinstance(body.force, bool):
             raise ValueError("force must be true or false")
         await self._host.shutdown(force=body.force)
         logger.info("shutdown requested by a client (force=%s)", body.force)
-        return _json({}, status=202, background=BackgroundTask(self._stop.request))
+        return json_reply({}, status=202, background=BackgroundTask(self._stop.request))
 
 
 # -- requests and replies -------------------------------------------------------------------
-
-
-def _guarded(
-    handler: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Request], Awaitable[Response]]:
-    """Every failure of ``handler`` becomes one wire error reply."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except Exception as exc:
-            return _error_reply(request, exc)
-
-    return endpoint
-
-
-def _error_reply(request: Request, exc: Exception) -> Response:
-    error, bug = wire_error(exc)
-    if bug:
-        logger.error(
-            "%s %s failed: %s", request.method, request.url.path, error.message, exc_info=exc
-        )
-    elif error.kind == "internal":
-        logger.warning("%s %s failed: %s", request.method, request.url.path, error.message)
-    return _error(error.kind, error.message)
-
-
-def _error(kind: ErrorKind, message: str) -> Response:
-    return _json(error_body(kind, message), status=status_for(kind))
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (no such route, wrong method) as wire errors."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status == 404:
-        return _error("not_found", f"no route {request.method} {request.url.path}")
+        return error_response("not_found", f"no route {request.method} {request.url.path}")
     if status == 405:
-        return _error("invalid", f"{request.method} is not allowed on {request.url.path}")
-    return _error("invalid", one_line(getattr(exc, "detail", "")) or f"bad request ({status})")
-
-
-def _json(data: Any, *, status: int = 200, background: BackgroundTask | None = None) -> Response:
-    return Response(
-        json_text(data), status_code=status, media_type="application/json", background=background
-    )
-
-
-async def _read_json(request: Request, *, empty_ok: bool = False) -> Any:
-    """The request body as JSON; ``ValueError`` (a 400) when it is too large,
-    missing or not JSON."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ValueError(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        if empty_ok:
-            return {}
-        raise ValueError("the request needs a JSON body")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"the body is not valid JSON: {one_line(str(exc))}") from exc
+        return error_response("invalid", f"{request.method} is not allowed on {request.url.path}")
+    detail = one_line(getattr(exc, "detail", ""))
+    return error_response("invalid", detail or f"bad request ({status})")
 
 
 def _ref(request: Request) -> str:
@@ -386,4 +367,11 @@ async def _send_line(send: Send, data: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
-__all__ = ["MAX_BODY_BYTES", "NDJSON", "StopSignal", "create_app"]
+__all__ = [
+    "KERNEL_METHODS",
+    "MAX_BODY_BYTES",
+    "NDJSON",
+    "StopSignal",
+    "create_app",
+    "kernel_host_of",
+]

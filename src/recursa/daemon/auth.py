@@ -3,16 +3,17 @@
 Two kinds of caller exist (DESIGN.md, Processes):
 
 - a *client* (CLI, view, SDK) presents the token in ``daemon.token``
-  (compared in constant time) and may use every route;
+  (compared in constant time) and may use every route but the kernels';
 - a *kernel* presents its session's token. The daemon derives the sender's
   session from the token, so a kernel can never speak as another session.
-  Kernel tokens are accepted only under :data:`KERNEL_PREFIX`.
+  Routes under :data:`KERNEL_PREFIX` accept kernel tokens only, and kernel
+  tokens are accepted nowhere else.
 
 The extension point for kernels is :data:`KernelAuth`: a function from a
 presented token to the session id it belongs to, or None. The runtime
-supplies it (issue 4); until then no kernel token is accepted. The function
-must not reveal by its timing which tokens exist (hash the token, then look
-the hash up).
+supplies it (``host.session_of_token``); without it no kernel token is
+accepted. The function must not reveal by its timing which tokens exist
+(hash the token, then look the hash up).
 
 A missing, malformed or wrong token is answered with 401 and the wire error
 body ``{"error": {"kind": "auth", "message": "a valid token is required"}}``;
@@ -36,7 +37,7 @@ KernelAuth = Callable[[str], str | None]
 """Maps a presented token to the id of the session it was issued to, or None."""
 
 KERNEL_PREFIX = f"{API_PREFIX}/kernel/"
-"""Routes a kernel token may reach (issue 4 adds them)."""
+"""The kernels' routes: only a kernel token reaches them, and nothing else."""
 
 PRINCIPAL_KEY = "recursa.principal"
 AUTH_MESSAGE = "a valid token is required"
@@ -100,10 +101,10 @@ class TokenAuth:
         presented = bearer_token(scope.get("headers", []))
         if presented is None:
             return None
-        if token_matches(presented, self._token):
-            return CLIENT
         path = scope.get("path", "")
-        if self._kernel_auth is None or not path.startswith(KERNEL_PREFIX):
+        if not path.startswith(KERNEL_PREFIX):
+            return CLIENT if token_matches(presented, self._token) else None
+        if self._kernel_auth is None:
             return None
         try:
             text = presented.decode("ascii")

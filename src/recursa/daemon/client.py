@@ -52,6 +52,7 @@ from recursa.protocol.wire import (
     SendMessage,
     SessionInfo,
     Shutdown,
+    UsageNode,
     from_json,
     to_json,
 )
@@ -60,6 +61,8 @@ DEFAULT_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 5.0
 RECONNECT_WINDOW = 30.0
 STREAM_TIMEOUT = 3 * HEARTBEAT_SECONDS
+QUIET_PIECE = 30.0
+"""Longest wait one ``wait-quiet`` request asks the daemon for."""
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 1.0
 
@@ -155,6 +158,30 @@ class DaemonClient:
     async def stop(self, ref: str) -> SessionInfo:
         data = await self._call("POST", _session_path(ref, "stop"), mutating=True)
         return from_json(SessionInfo, data)
+
+    async def usage(self, ref: str) -> UsageNode:
+        """The session's own and subtree usage, with its descendants' (``recursa usage``)."""
+        return from_json(UsageNode, await self._call("GET", _session_path(ref, "usage")))
+
+    async def wait_quiet(self, ref: str, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until the session's whole tree is quiet (it and every descendant
+        idle, nothing queued for it): True; False once ``timeout`` seconds have
+        passed (None: no limit). The daemon is asked in pieces of at most
+        :data:`QUIET_PIECE` seconds, so a long wait never meets the reply
+        timeout, and a daemon restart in between is survived like any call's."""
+        path = _session_path(ref, "wait-quiet")
+        piece_max = min(QUIET_PIECE, self._timeout / 2)
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            left = piece_max if deadline is None else deadline - time.monotonic()
+            data = await self._call("POST", path, body={"timeout": max(0.0, min(piece_max, left))})
+            quiet = data.get("quiet") if isinstance(data, dict) else None
+            if not isinstance(quiet, bool):
+                raise DaemonError(f"the daemon sent a malformed reply to POST {path}")
+            if quiet:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     async def shutdown(self, *, force: bool = False) -> None:
         """Ask the daemon to stop; returns once it has begun (it exits soon after)."""
@@ -370,6 +397,7 @@ def _parse_line(line: str) -> EventRecord | None:
 __all__ = [
     "CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "QUIET_PIECE",
     "RECONNECT_WINDOW",
     "STREAM_TIMEOUT",
     "DaemonClient",

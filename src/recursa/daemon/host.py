@@ -18,12 +18,17 @@ from typing import Protocol
 
 from recursa.protocol.events import EventRecord
 from recursa.protocol.wire import (
+    AgentMessage,
     CommandKey,
     CreateSession,
     DaemonStatus,
+    Handle,
+    InboxMessage,
     Receipt,
     SendMessage,
     SessionInfo,
+    Spawn,
+    UsageNode,
 )
 
 
@@ -68,5 +73,59 @@ class Host(Protocol):
         Returns once the stop has begun; the server exits when it is done."""
         ...
 
+    async def usage(self, session: str) -> UsageNode:
+        """The session's own and subtree usage, with its descendants' (``recursa usage``)."""
+        ...
 
-__all__ = ["Host"]
+    async def wait_quiet(self, session: str, timeout: float | None) -> bool:  # noqa: ASYNC109
+        """Wait until the session's whole tree is quiet: it and every descendant
+        idle (or inactive or deleted) with nothing queued for the session itself.
+        Returns False on timeout. (``recursa run`` exits only then.)"""
+        ...
+
+
+class KernelHost(Protocol):
+    """What a kernel may ask, through ``/v1/kernel/...``. ``caller`` is the
+    session the request's kernel token belongs to: the app derives it from
+    the token (:meth:`session_of_token`), never from the request."""
+
+    def session_of_token(self, token: str) -> str | None:
+        """The session a kernel token was minted for, or None."""
+        ...
+
+    async def spawn(self, caller: str, request: Spawn) -> Handle:
+        """``rlm()``: admit a child of ``caller`` and queue its task; returns at once.
+        Raises UsageError for a bad option (depth limit, unknown spec, name taken)."""
+        ...
+
+    async def subagents(self, caller: str) -> list[Handle]:
+        """The caller's children (deleted ones included), oldest first."""
+        ...
+
+    async def subagent(self, caller: str, ref: str) -> Handle:
+        """One of the caller's children, by id or name. NotFound otherwise."""
+        ...
+
+    async def wait(self, caller: str, ref: str, timeout: float | None) -> Handle:  # noqa: ASYNC109
+        """Wait until the child's work ends (``done``) or ``timeout`` passes (then
+        ``done`` is False). When it returns the child's answer, the answer message
+        queued for the caller is taken, so the model does not get it twice."""
+        ...
+
+    async def delete_subagent(self, caller: str, ref: str) -> Handle:
+        """Cancel the child and its subtree and tombstone them; history stays."""
+        ...
+
+    async def message(self, caller: str, request: AgentMessage) -> list[Receipt]:
+        """Store a message to each recipient of ``request.to`` and deliver it by mode.
+        Raises UsageError for an unknown recipient or a limit (size, queue, rate)."""
+        ...
+
+    async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
+        """Take the messages queued for the caller (oldest first), waiting up to
+        ``wait`` seconds for one when none is queued. Taken messages are not also
+        put in the model's context: they are the cell's to use."""
+        ...
+
+
+__all__ = ["Host", "KernelHost"]

@@ -73,7 +73,7 @@ class DaemonPaths:
         if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
             return path
         digest = hashlib.sha256(os.fsencode(self.home)).hexdigest()[:20]
-        return SHORT_SOCKET_ROOT / f"recursa-{os.getuid()}" / f"{digest}.sock"
+        return short_socket_dir() / f"{digest}.sock"
 
     @property
     def state(self) -> Path:
@@ -92,6 +92,12 @@ class DaemonPaths:
         return self.home / LOG_NAME
 
 
+def short_socket_dir() -> Path:
+    """The private per-user directory for sockets whose natural path is too
+    long (check it with :func:`private_dir` before use)."""
+    return SHORT_SOCKET_ROOT / f"recursa-{os.getuid()}"
+
+
 def prepare_home(paths: DaemonPaths) -> None:
     """Create the home if needed and make it 0700, and the socket's directory
     when it lives outside the home. Raises :class:`DaemonError` (one line) when
@@ -102,10 +108,10 @@ def prepare_home(paths: DaemonPaths) -> None:
     except OSError as exc:
         raise DaemonError(f"cannot prepare RECURSA_HOME {paths.home}: {exc.strerror}") from exc
     if paths.socket.parent != paths.home:
-        _private_dir(paths.socket.parent)
+        private_dir(paths.socket.parent)
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
     """Make ``path`` (a directory in a shared place such as /tmp), or accept it
     only if it is a real directory, ours, and 0700: anything else could be
     another user's trap."""
@@ -328,9 +334,11 @@ __all__ = [
     "clear_stale",
     "ensure_token",
     "prepare_home",
+    "private_dir",
     "read_state",
     "read_token",
     "remove_quietly",
+    "short_socket_dir",
     "write_atomic",
     "write_state",
 ]

@@ -24,13 +24,15 @@ import signal
 import socket
 import time
 from collections.abc import Generator
+from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from recursa import __version__
 from recursa.daemon.app import StopSignal, create_app
 from recursa.daemon.auth import KernelAuth
-from recursa.daemon.host import Host
+from recursa.daemon.host import Host, KernelHost
 from recursa.daemon.paths import (
     DaemonPaths,
     DaemonState,
@@ -55,11 +57,16 @@ def bind_socket(paths: DaemonPaths) -> socket.socket:
     A file already at the path is removed first: the caller holds the daemon
     lock (or, in tests, owns the home), so it can only be a dead daemon's."""
     prepare_home(paths)
-    path = paths.socket
-    remove_quietly(path)
+    remove_quietly(paths.socket)
+    return bind_private_socket(paths.socket)
+
+
+def bind_private_socket(path: Path) -> socket.socket:
+    """A unix socket bound at ``path`` (not yet listening), 0600 from its first
+    moment: bound under a restrictive umask, which is process-wide, so call
+    this before starting threads where you can."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        # The umask is process-wide: this runs before the host starts any thread.
         previous = os.umask(0o177)
         try:
             sock.bind(os.fspath(path))
@@ -68,17 +75,36 @@ def bind_socket(paths: DaemonPaths) -> socket.socket:
         os.chmod(path, 0o600)
     except OSError as exc:
         sock.close()
-        raise DaemonError(f"cannot create the daemon socket {path}: {exc.strerror}") from exc
+        raise DaemonError(f"cannot create the socket {path}: {exc.strerror}") from exc
     return sock
 
 
-class _Server(uvicorn.Server):
+class QuietServer(uvicorn.Server):
     """uvicorn without its own signal handling (which re-raises the signal
     after serving, killing the process before the host is closed)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+def make_server(app: ASGIApp) -> QuietServer:
+    """uvicorn configured for the daemon's app: HTTP/1.1 only, no lifespan, no
+    logging of its own, a bounded graceful stop."""
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        http="h11",
+        ws="none",
+        lifespan="off",
+        interface="asgi3",
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_TIMEOUT,
+    )
+    return QuietServer(config)
 
 
 class DaemonServer:
@@ -91,6 +117,7 @@ class DaemonServer:
         paths: DaemonPaths,
         sock: socket.socket,
         token: str,
+        kernel_host: KernelHost | None = None,
         kernel_auth: KernelAuth | None = None,
         heartbeat: float = HEARTBEAT_SECONDS,
     ) -> None:
@@ -100,29 +127,21 @@ class DaemonServer:
         self._inode = os.stat(paths.socket).st_ino
         self.stop = StopSignal()
         self._app = create_app(
-            host, token=token, stop=self.stop, kernel_auth=kernel_auth, heartbeat=heartbeat
+            host,
+            token=token,
+            stop=self.stop,
+            kernel_host=kernel_host,
+            kernel_auth=kernel_auth,
+            heartbeat=heartbeat,
         )
-        self._server: _Server | None = None
+        self._server: QuietServer | None = None
         self._signals = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def serve(self, *, handle_signals: bool = True) -> DaemonState:
         """Write the state file, serve until a stop, clean up; returns the state
         it served with. ``handle_signals`` needs the main thread."""
-        config = uvicorn.Config(
-            self._app,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            http="h11",
-            ws="none",
-            lifespan="off",
-            interface="asgi3",
-            proxy_headers=False,
-            server_header=False,
-            timeout_graceful_shutdown=GRACEFUL_TIMEOUT,
-        )
-        server = self._server = _Server(config)
+        server = self._server = make_server(self._app)
         state = DaemonState(
             pid=os.getpid(),
             socket=os.fspath(self._paths.socket),
@@ -151,7 +170,7 @@ class DaemonServer:
         """Stop serving without asking the host to shut down (tests, embedding)."""
         self.stop.request()
 
-    async def _exit_on_stop(self, server: _Server) -> None:
+    async def _exit_on_stop(self, server: QuietServer) -> None:
         await self.stop.wait()
         server.should_exit = True
 
@@ -183,4 +202,11 @@ class DaemonServer:
             remove_quietly(self._paths.state)
 
 
-__all__ = ["GRACEFUL_TIMEOUT", "DaemonServer", "bind_socket"]
+__all__ = [
+    "GRACEFUL_TIMEOUT",
+    "DaemonServer",
+    "QuietServer",
+    "bind_private_socket",
+    "bind_socket",
+    "make_server",
+]

@@ -122,6 +122,26 @@ class FauxScript:
         return len(self.steps)
 
 
+def per_session(*steps: FauxStep) -> Callable[[Request], FauxReply | FauxFault]:
+    """A responder that plays ``steps`` separately for each session calling it
+    (sessions are told apart by ``request.cache_key``), e.g. for sub-agents that
+    share a model: ``register_script("kid", [], fallback=per_session(code(...), reply(...)))``.
+    A session past the last step gets the "exhausted" reply."""
+    lock = threading.Lock()
+    position: dict[str | None, int] = {}
+
+    def respond(request: Request) -> FauxReply | FauxFault:
+        with lock:
+            index = position.get(request.cache_key, 0)
+            position[request.cache_key] = index + 1
+        if index >= len(steps):
+            return FauxReply(text=EXHAUSTED)
+        step = steps[index]
+        return step(request) if callable(step) else step
+
+    return respond
+
+
 _SCRIPTS: dict[str, FauxScript] = {}
 
 
@@ -132,12 +152,18 @@ def register_script(
     native_tools: bool = True,
     context_window: int | None = None,
     delay: float = 0.0,
+    fallback: FauxStep | None = None,
 ) -> FauxScript:
     """Register (or replace) the script answering ``faux/NAME``.
 
-    ``delay`` seconds pass before each reply streams, to simulate a model's latency.
+    ``delay`` seconds pass before each reply streams, to simulate a model's
+    latency. ``fallback`` answers once the steps are used up (default: the
+    "exhausted" reply); a function of the request makes a responder that can
+    serve many sessions at once (``request.cache_key`` is the session id).
     """
     script = FauxScript(name, list(steps), native_tools, context_window, delay)
+    if fallback is not None:
+        script.fallback = fallback
     _SCRIPTS[name] = script
     return script
 
@@ -244,6 +270,7 @@ __all__ = [
     "FauxStep",
     "code",
     "fault",
+    "per_session",
     "register_script",
     "reply",
     "tool_call",

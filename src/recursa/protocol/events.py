@@ -45,6 +45,7 @@ TurnEndReason = Literal[
     "provider_error",
     "empty_reply",
     "stuck",
+    "budget",
     "interrupted",
     "internal_error",
 ]
@@ -168,6 +169,25 @@ class TurnEnded:
     type: Literal["turn_ended"] = "turn_ended"
 
 
+@dataclass(frozen=True, slots=True)
+class ReadMessage:
+    """One message as ``agent_message.inbox()`` took it."""
+
+    id: int
+    sender: str | None
+    source: InputSource
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxRead:
+    """Messages a cell took with ``agent_message.inbox()``: they reach the model
+    as that cell's output, so they are not also put in its context."""
+
+    messages: tuple[ReadMessage, ...]
+    type: Literal["inbox_read"] = "inbox_read"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatusChanged:
     status: SessionStatus
@@ -205,6 +225,7 @@ Event = (
     | KernelStatus
     | Notice
     | TurnEnded
+    | InboxRead
     | StatusChanged
     | TextDelta
     | CellOutput
@@ -250,6 +271,8 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     kwargs = {k: v for k, v in data.items() if k in names}
     if "tool_calls" in kwargs:
         kwargs["tool_calls"] = tuple(ToolCall(**call) for call in kwargs["tool_calls"])
+    if kind == "inbox_read" and "messages" in kwargs:
+        kwargs["messages"] = tuple(ReadMessage(**m) for m in kwargs["messages"])
     try:
         event: Event = cls(**kwargs)
     except TypeError as exc:
@@ -298,6 +321,7 @@ __all__ = [
     "CellStatus",
     "Event",
     "EventRecord",
+    "InboxRead",
     "InputSource",
     "KernelState",
     "KernelStatus",
@@ -305,6 +329,7 @@ __all__ = [
     "ModelUsage",
     "Notice",
     "NoticeLevel",
+    "ReadMessage",
     "SessionCreated",
     "SessionStatus",
     "StatusChanged",

@@ -136,6 +136,86 @@ class Shutdown:
     force: bool = False
 
 
+# --- the kernel-side API (/v1/kernel/...): the caller is the token's session ----
+
+MessageTarget = str
+"""``parent``, ``child:NAME``, ``sibling:NAME`` or ``all``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits for a session's whole subtree; None: no limit on that measure.
+    ``time`` is wall-clock seconds from the session's creation."""
+
+    tokens: int | None = None
+    cost: float | None = None
+    steps: int | None = None
+    time: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """``rlm(task, name=..., model=..., spec=..., budget=...)``."""
+
+    task: str
+    name: str | None = None
+    model: str | None = None
+    spec: str | None = None
+    budget: Budget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """A sub-agent as its parent sees it. ``done``: its work has ended (it is idle
+    or inactive with nothing queued, or deleted); ``answer`` its last final
+    answer; ``reason`` why its last turn ended."""
+
+    id: str
+    name: str | None
+    parent_id: str | None
+    workspace: str
+    model: str
+    status: SessionStatus
+    depth: int
+    done: bool = False
+    answer: str | None = None
+    reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMessage:
+    """``agent_message.send(text, to=..., mode=...)``."""
+
+    text: str
+    to: MessageTarget = "parent"
+    mode: SendMode = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxMessage:
+    """A message taken by ``agent_message.inbox()``."""
+
+    id: int
+    sender: str | None
+    sender_name: str | None
+    source: str
+    text: str
+    mode: SendMode
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UsageNode:
+    """``recursa usage``: a session's own usage and its subtree's, with its children."""
+
+    id: str
+    name: str | None
+    own: Usage
+    total: Usage
+    children: tuple[UsageNode, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class CommandKey:
     """Identifies a mutating command for idempotency: the client's id (stable for
@@ -172,8 +252,11 @@ def from_json(cls: type[T], data: object) -> T:
         if name not in data:
             continue
         value = data[name]
-        if name == "usage" and isinstance(value, dict):
-            value = from_json(Usage, value)
+        nested = _NESTED.get(name)
+        if nested is not None and isinstance(value, dict):
+            value = from_json(nested, value)
+        elif name == "children" and isinstance(value, list):
+            value = tuple(from_json(UsageNode, child) for child in value)
         kwargs[name] = value
     try:
         built = cls(**kwargs)
@@ -183,8 +266,11 @@ def from_json(cls: type[T], data: object) -> T:
     return built
 
 
+_NESTED: dict[str, type[Any]] = {"usage": Usage, "own": Usage, "total": Usage, "budget": Budget}
+
+
 def _check_literals(value: object) -> None:
-    if isinstance(value, SendMessage) and value.mode not in get_args(SendMode):
+    if isinstance(value, SendMessage | AgentMessage) and value.mode not in get_args(SendMode):
         raise ValueError(f"mode must be one of {', '.join(get_args(SendMode))}, not {value.mode!r}")
     if isinstance(value, SendMessage | CreateSession):
         text = value.text if isinstance(value, SendMessage) else value.task
@@ -203,18 +289,25 @@ __all__ = [
     "HEADER_COMMAND",
     "HEARTBEAT_SECONDS",
     "PROTOCOL_VERSION",
+    "AgentMessage",
+    "Budget",
     "CommandKey",
     "CreateSession",
     "DaemonStatus",
     "ErrorKind",
+    "Handle",
+    "InboxMessage",
+    "MessageTarget",
     "Receipt",
     "ReceiptStatus",
     "SendMessage",
     "SendMode",
     "SessionInfo",
     "Shutdown",
+    "Spawn",
     "StreamControl",
     "Usage",
+    "UsageNode",
     "WireError",
     "error_body",
     "from_json",

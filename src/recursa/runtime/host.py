@@ -29,18 +29,24 @@ from recursa.config import Config, Limits
 from recursa.errors import UncertainCommand, UsageError
 from recursa.protocol.events import PROTOCOL_VERSION, EventRecord
 from recursa.protocol.wire import (
+    AgentMessage,
     CommandKey,
     CreateSession,
     DaemonStatus,
+    Handle,
+    InboxMessage,
     Receipt,
     ReceiptStatus,
     SendMessage,
     SessionInfo,
+    Spawn,
     Usage,
+    UsageNode,
     from_json,
     to_json,
 )
 from recursa.runtime.runtime import Runtime
+from recursa.runtime.tree import display_name
 from recursa.store import JSONValue, SessionRow
 
 log = logging.getLogger("recursa.runtime")
@@ -101,7 +107,7 @@ class RuntimeHost:
         totals = self.store.usage_totals(row.id)
         return SessionInfo(
             id=row.id,
-            name=row.name,
+            name=display_name(row),
             parent_id=row.parent_id,
             status=loaded.status if loaded else row.status,
             model=row.model,
@@ -223,6 +229,43 @@ class RuntimeHost:
             if stop is not None:
                 stop()
 
+    # -------------------------------------------------------- tree, accounting
+
+    async def usage(self, session: str) -> UsageNode:
+        return self.runtime.tree.usage(session)
+
+    async def wait_quiet(self, session: str, timeout: float | None) -> bool:  # noqa: ASYNC109
+        return await self.runtime.tree.wait_quiet(session, timeout)
+
+    # ---------------------------------------------------- the kernel-side API
+
+    def session_of_token(self, token: str) -> str | None:
+        session = self.store.tokens.session_of(token)
+        if session is None:
+            return None
+        return None if self.store.session(session).status == "deleted" else session
+
+    async def spawn(self, caller: str, request: Spawn) -> Handle:
+        return self.runtime.tree.spawn(caller, request)
+
+    async def subagents(self, caller: str) -> list[Handle]:
+        return self.runtime.tree.children(caller)
+
+    async def subagent(self, caller: str, ref: str) -> Handle:
+        return self.runtime.tree.handle(self.runtime.tree.child(caller, ref))
+
+    async def wait(self, caller: str, ref: str, timeout: float | None) -> Handle:  # noqa: ASYNC109
+        return await self.runtime.tree.wait(caller, ref, timeout)
+
+    async def delete_subagent(self, caller: str, ref: str) -> Handle:
+        return await self.runtime.tree.delete(caller, ref)
+
+    async def message(self, caller: str, request: AgentMessage) -> list[Receipt]:
+        return self.runtime.tree.message(caller, request)
+
+    async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
+        return await self.runtime.tree.inbox(caller, wait)
+
     # ------------------------------------------------------------------- stop
 
     async def shutdown(self, *, force: bool) -> None:
@@ -251,10 +294,14 @@ def _limits(default: Limits, request: CreateSession) -> Limits | None:
     return replace(default, **changes) if changes else None  # type: ignore[arg-type]
 
 
-async def open_host(config: Config) -> tuple[RuntimeHost, Callable[[], Awaitable[None]]]:
+async def open_host(
+    config: Config, *, api_socket: Path | None = None
+) -> tuple[RuntimeHost, Callable[[], Awaitable[None]]]:
     """The daemon's host: the runtime opened, every session recovered, idle
-    unloading running. Returns the host and the function that closes it."""
+    unloading running. ``api_socket`` is where kernels reach the kernel API
+    (the daemon's own socket). Returns the host and the function that closes it."""
     runtime = await Runtime.open(config, warm_kernels=1)
+    runtime.api_socket = api_socket
     host = RuntimeHost(runtime)
     try:
         await host.start()

@@ -28,12 +28,15 @@ from pathlib import Path
 from types import TracebackType
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config, Limits
+from recursa.control.budget import Admission, Ledger, Limit, Spent, Ticket
 from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
 from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
-from recursa.models.types import Request, StreamEvent, Usage
-from recursa.protocol.events import SessionCreated
+from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
+from recursa.protocol.events import SessionCreated, TurnEnded
+from recursa.runtime.gate import KernelGate
+from recursa.runtime.tree import Pulse, Tree, display_name
 from recursa.session import Session, SessionDeps
 from recursa.store import DB_FILE_NAME, SessionRow, Store
 
@@ -61,6 +64,16 @@ class Runtime:
         self.retry_sleep = retry_sleep
         self._sessions: dict[str, Session] = {}
         self._closed = False
+        self.pulse = Pulse()
+        """Notified whenever a session starts or stops working or a message arrives."""
+        self.ledger = Ledger()
+        """Reservations and spending against subtree budgets."""
+        self._chains: dict[str, tuple[Limit, ...]] = {}
+        self.api_socket: Path | None = None
+        """Where kernels reach the kernel API (set by whoever serves it)."""
+        self.gate = KernelGate(kernels, config.sessions.max_kernels, lambda: self.sessions)
+        """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
+        self.tree = Tree(self, clock=clock)
 
     @classmethod
     async def open(
@@ -160,6 +173,21 @@ class Runtime:
         """The session object for ``session_id`` if this runtime has made one."""
         return self._sessions.get(session_id)
 
+    def forget(self, session_id: str) -> None:
+        """Drop the session object (a deleted session); its rows stay."""
+        self._sessions.pop(session_id, None)
+        self._chains.pop(session_id, None)
+
+    def cost_of(self, model: str) -> Callable[[Usage], float | None] | None:
+        """The cost function for ``model`` (None when its provider is unknown)."""
+        table = self.config.providers.get(parse_ref(model).provider)
+        builtin = table is None or table.base_url is None
+
+        def cost(usage: Usage) -> float | None:
+            return catalog.cost(model, usage, self.config.prices, builtin=builtin)
+
+        return cost
+
     @property
     def sessions(self) -> list[Session]:
         """The session objects this runtime has made (loaded or not)."""
@@ -169,20 +197,37 @@ class Runtime:
         provider, model_name = self.providers.get(row.model)
         info = self.providers.info(row.model)
         table = self.config.providers.get(parse_ref(row.model).provider)
+        ref = row.model
         # Published prices hold for the official endpoints only; another server
         # answering to the same model name is priced by [prices] or unknown.
-        builtin_prices = table is None or table.base_url is None
-        ref = row.model
+        cost = self.cost_of(ref) or (lambda usage: None)
 
         def call_model(request: Request) -> AsyncIterator[StreamEvent]:
             return provider.stream(request)
 
-        def cost(usage: Usage) -> float | None:
-            return catalog.cost(ref, usage, self.config.prices, builtin=builtin_prices)
+        def admit(request: Request) -> Admission:
+            chars = len(request.system) + sum(len(_text(m)) for m in request.messages)
+            return self.ledger.admit(
+                self._chain(row.id),
+                input_chars=chars,
+                wanted_output=request.max_output_tokens,
+                now=self.store.now(),
+                cost_of=cost,
+            )
+
+        def settle(ticket: Ticket, usage: Usage | None) -> None:
+            self.ledger.settle(ticket, usage, cost(usage) if usage is not None else None)
+
+        def kernel_env() -> dict[str, str]:
+            if self.api_socket is None:
+                return {}
+            self.store.tokens.revoke(row.id)  # a session speaks through one kernel at a time
+            token = self.store.tokens.mint(row.id)
+            return {"RECURSA_API_SOCKET": str(self.api_socket), "RECURSA_KERNEL_TOKEN": token}
 
         deps = SessionDeps(
             store=self.store,
-            kernels=self.kernels,
+            kernels=self.gate,
             call_model=call_model,
             cost=cost,
             model_info=replace(info, ref=ref),
@@ -194,10 +239,64 @@ class Runtime:
             retry_sleep=self.retry_sleep,
             snapshot_max_bytes=self.config.sessions.snapshot_max_bytes,
             checkpoint_each_turn=self.config.sessions.checkpoint_each_turn,
+            admit=admit,
+            settle=settle,
+            kernel_env=kernel_env,
+            on_turn_end=self._report_to_parent if row.parent_id else None,
+            on_activity=self.pulse.notify,
         )
         session = Session(row.id, Path(row.cwd), deps)
         session.status = row.status
         return session
+
+    def _chain(self, session_id: str) -> tuple[Limit, ...]:
+        """The budgets a session's model calls count against: its own and every
+        ancestor's. Spending so far is read from the store once, then kept."""
+        chain = self._chains.get(session_id)
+        if chain is not None:
+            return chain
+        limits: list[Limit] = []
+        row: SessionRow | None = self.store.session(session_id)
+        while row is not None:
+            budget = row.meta.get("budget")
+            if isinstance(budget, dict):
+                limit = Limit(
+                    session_id=row.id,
+                    tokens=_int(budget.get("tokens")),
+                    cost=_float(budget.get("cost")),
+                    steps=_int(budget.get("steps")),
+                    time=_float(budget.get("time")),
+                    started=_float(budget.get("started")) or row.created_at,
+                )
+                limits.append(limit)
+                if row.id not in self.ledger.spent:
+                    totals = self.store.usage_totals(row.id, tree=True)
+                    self.ledger.spent[row.id] = Spent(
+                        tokens=totals.input_tokens + totals.output_tokens,
+                        cost=totals.cost,
+                        steps=totals.calls,
+                    )
+            row = self.store.session(row.parent_id) if row.parent_id else None
+        chain = tuple(limits)
+        self._chains[session_id] = chain
+        return chain
+
+    def _report_to_parent(self, child: Session, ended: TurnEnded) -> None:
+        """A sub-agent's turn ended: its answer (or why it stopped) goes to its parent."""
+        row = self.store.session(child.id)
+        if row.parent_id is None:
+            return
+        parent_row = self.store.session(row.parent_id)
+        if parent_row.status == "deleted":
+            return
+        who = display_name(row) or row.id
+        if ended.reason == "answered" and ended.answer is not None:
+            text = f"sub-agent {who} finished: {ended.answer}"
+        else:
+            text = f"sub-agent {who} stopped ({ended.reason}): {ended.detail}"
+        self.get(parent_row.id).send(
+            text, mode="auto", source="child", sender=row.id, kind="answer"
+        )
 
     # -------------------------------------------------------------- recovery
 
@@ -205,8 +304,8 @@ class Runtime:
         """After a restart: bring back, in parallel, every session that was doing
         something or holds something (a live kernel, queued messages). Live
         kernels are reattached; cut-short turns resume; queued messages are
-        delivered. Inactive sessions load when they are next used. Returns the
-        sessions brought back."""
+        delivered. Inactive sessions load when they are next used; kernels held
+        by no session are stopped. Returns the sessions brought back."""
         kernels = {k.session_id for k in self.store.kernels.all()}
         waiting = set(self.store.inbox.sessions_with_pending())
         rows = [
@@ -227,6 +326,14 @@ class Runtime:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("session %s: recovery failed: %s", session.id, result)
+        # Kernels the last daemon left to nobody (its warm spares, one it was
+        # handing to a session) are stopped; those of sessions it could not
+        # bring back stay, for when they can come back.
+        held = [Path(k.connection_file) for k in self.store.kernels.all()]
+        try:
+            await self.kernels.stop_orphans(keep=held)
+        except Exception:
+            log.exception("stopping orphaned kernels failed")
         return sessions
 
     async def unload_idle(self) -> list[str]:
@@ -269,6 +376,20 @@ class Runtime:
                 await self.providers.aclose()
             finally:
                 self.store.close()
+
+
+def _text(message: Message) -> str:
+    if isinstance(message, AssistantMessage):
+        return message.text + "".join(call.arguments for call in message.tool_calls)
+    return message.text
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _limits(row: SessionRow, default: Limits) -> Limits:

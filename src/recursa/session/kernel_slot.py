@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -40,11 +40,14 @@ SNAPSHOT_FILE = "namespace.dill"
 
 
 class KernelSource(Protocol):
-    """Where kernels come from (the runtime's pool), and how to reattach one."""
+    """Where kernels come from (the runtime's pool behind its cap), how to
+    reattach one, and how to say one stopped (its slot is free again)."""
 
     async def acquire(self, cwd: Path) -> Kernel: ...
 
     async def attach(self, connection_file: Path, pid: int, cwd: Path) -> Kernel: ...
+
+    def release(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class SlotDeps:
     record: Callable[[Event], EventRecord]
     limits: Limits
     snapshot_max_bytes: int
+    kernel_env: Callable[[], Mapping[str, str]] | None = None
 
 
 class KernelSlot:
@@ -90,6 +94,7 @@ class KernelSlot:
     async def _obtain(self) -> Kernel:
         kernel = await self.deps.kernels.acquire(self.cwd)
         self._remember(kernel)
+        await self._export(kernel)
         if self.snapshot_path.exists():
             await self._restore(kernel)
         else:
@@ -125,6 +130,11 @@ class KernelSlot:
         if kernel.pid is not None:
             self.deps.store.kernels.record(self.session_id, kernel.pid, str(kernel.connection_file))
 
+    async def _export(self, kernel: Kernel) -> None:
+        """Give the kernel what its API needs (socket, token): after every start."""
+        if self.deps.kernel_env is not None:
+            await kernel.export_env(self.deps.kernel_env())
+
     # ------------------------------------------------------------------ cells
 
     async def execute(self, cell: int, call_id: str, code: str, time_limit: float) -> CellFinished:
@@ -148,6 +158,7 @@ class KernelSlot:
             raise
         if output.restarted:
             self._remember(kernel)
+            await self._export(kernel)
             self.deps.record(KernelStatus(state="restarted", detail=output.note))
             restored = await self._restore(kernel)
             # The model does not see kernel events: tell it in the cell's own output.
@@ -242,6 +253,7 @@ class KernelSlot:
         self._dirty = True  # an unload always leaves a fresh snapshot
         await self._snapshot(kernel)
         await kernel.shutdown()
+        self.deps.kernels.release()
         self.deps.store.kernels.forget(self.session_id)
         self.deps.record(
             KernelStatus(state="stopped", detail="unloaded; the namespace is in the snapshot")
@@ -259,6 +271,7 @@ class KernelSlot:
         except (KernelError, asyncio.CancelledError):
             return
         await kernel.shutdown()
+        self.deps.kernels.release()
         self.deps.store.kernels.forget(self.session_id)
 
 

@@ -23,7 +23,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from recursa.config import Limits
-from recursa.control.limits import TurnCounters, before_model_call, cell_timeout, time_left
+from recursa.control.budget import Admission, Ticket
+from recursa.control.limits import (
+    Stop,
+    TurnCounters,
+    before_model_call,
+    cell_timeout,
+    time_left,
+)
 from recursa.models.types import Done, Failed, Request, Retrying, StreamEvent, ToolCall, Usage
 from recursa.models.types import TextDelta as ModelTextDelta
 from recursa.protocol.events import (
@@ -84,6 +91,10 @@ class TurnHooks:
     - ``cost(usage)``: USD for a call, None when the price is unknown.
     - ``next_cell()``: the next cell number of the session (1, 2, ...).
     - ``clock()``: monotonic seconds.
+    - ``admit(request)``: before each model call: a :class:`Ticket` (with a cap
+      on the call's output, when a budget needs one) or a ``Stop`` when a budget
+      of the session's subtree is spent; ``settle(ticket, usage)`` after the
+      call, with its usage (None when it failed).
 
     The loop yields while a model call's time limit is armed, which is safe
     because the session handles each event synchronously (it never awaits
@@ -100,6 +111,8 @@ class TurnHooks:
     limits: Limits
     model_ref: str
     fenced: bool
+    admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
+    settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +169,17 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
             yield TurnEnded(turn=turn, reason=stop.reason, detail=stop.detail)
             return
 
-        # One model call.
+        # One model call, admitted under the budgets of the session's subtree.
         request = hooks.request()
+        admission = hooks.admit(request)
+        if isinstance(admission, Stop):
+            yield TurnEnded(turn=turn, reason=admission.reason, detail=admission.detail)
+            return
+        if admission.max_output_tokens is not None:
+            cap = admission.max_output_tokens
+            if request.max_output_tokens is not None:
+                cap = min(cap, request.max_output_tokens)
+            request = replace(request, max_output_tokens=cap)
         call_start = hooks.clock()
         outcome: Done | Failed | None = None
         try:
@@ -182,6 +204,8 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
             detail = f"a model call ran past the turn's time limit of {limit:.0f} s (--max-time)"
             yield TurnEnded(turn=turn, reason="max_time", detail=detail)
             return
+        finally:
+            hooks.settle(admission, outcome.usage if isinstance(outcome, Done) else None)
         steps += 1
         if not isinstance(outcome, Done):
             detail = (

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
 from recursa.config import Limits
+from recursa.control.budget import Admission, Ticket
 from recursa.errors import KernelError
 from recursa.models.retry import with_retries
 from recursa.models.types import ModelInfo, Request, StreamEvent, Usage
@@ -55,7 +56,7 @@ from recursa.session.context import (
 )
 from recursa.session.kernel_slot import KernelSlot, KernelSource, SlotDeps
 from recursa.session.loop import TurnHooks, run_turn
-from recursa.store import MessageRow, Store
+from recursa.store import MessageKind, MessageRow, Store
 
 SendMode = Literal["auto", "steer", "follow_up"]
 
@@ -89,6 +90,15 @@ class SessionDeps:
     supplements: tuple[str, ...] = field(default_factory=tuple)
     snapshot_max_bytes: int = 1 << 30
     checkpoint_each_turn: bool = True
+    admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
+    """Before each model call: a ticket, or a Stop when a subtree budget is spent."""
+    settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
+    kernel_env: Callable[[], Mapping[str, str]] | None = None
+    """Variables to set in every kernel the session gets (the kernel API's socket and token)."""
+    on_turn_end: Callable[[Session, TurnEnded], None] | None = None
+    """Called after every turn ends (the runtime tells a sub-agent's parent)."""
+    on_activity: Callable[[], None] = lambda: None
+    """Called when the session starts or stops working, or a message arrives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +140,7 @@ class Session:
                 record=self.record,
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
+                kernel_env=deps.kernel_env,
             ),
         )
         self._listeners: list[Callable[[EventRecord], None]] = []
@@ -214,18 +225,29 @@ class Session:
         mode: SendMode = "auto",
         source: InputSource = "user",
         sender: str | None = None,
+        kind: MessageKind = "message",
     ) -> MessageRow:
         """Store a message (durable when this returns) and deliver it by its mode;
         never waits for the model. See the module docstring for the modes."""
         if self._closed:
             raise RuntimeError(f"session {self.id} is closed")
-        row = self.deps.store.inbox.enqueue(self.id, text, source=source, mode=mode, sender=sender)
+        row = self.deps.store.inbox.enqueue(
+            self.id, text, source=source, mode=mode, sender=sender, kind=kind
+        )
         if self.running:
             if mode in ("steer", "auto"):
                 self._steer_waiting = True
         else:
             self._start_worker()
+        self.deps.on_activity()
         return row
+
+    def wake(self) -> None:
+        """Start taking inputs if some are queued and no turn runs (messages
+        written to the store directly, e.g. a sub-agent's first task)."""
+        if not self.running and self.deps.store.inbox.pending_count(self.id):
+            self._start_worker()
+            self.deps.on_activity()
 
     @property
     def running(self) -> bool:
@@ -297,6 +319,11 @@ class Session:
         self._publish(record)
         return record
 
+    def published(self, record: EventRecord) -> None:
+        """An event another party appended to this session's log (e.g. messages a
+        cell took from the inbox): apply it and tell the listeners."""
+        self._publish(record)
+
     def _publish(self, record: EventRecord) -> None:
         if record.seq:
             self._conversation.apply(record.event)
@@ -316,6 +343,7 @@ class Session:
 
     def _start_worker(self, *, resume: _Cut | None = None) -> None:
         self._worker = asyncio.create_task(self._work(resume), name=f"session {self.id}")
+        self._worker.add_done_callback(lambda _: self.deps.on_activity())
 
     async def _work(self, resume: _Cut | None) -> None:
         """Run turns while inputs wait. An interrupt ends the running turn and this
@@ -368,6 +396,8 @@ class Session:
             limits=self.deps.limits,
             model_ref=self.model_ref,
             fenced=self.fenced,
+            admit=self.deps.admit,
+            settle=self.deps.settle,
         )
         ended: TurnEnded | None = None
         try:
@@ -378,11 +408,12 @@ class Session:
         except asyncio.CancelledError:
             ended = TurnEnded(turn=turn, reason="interrupted", detail="interrupted by the user")
             self.record(ended)
-            self.last_end = ended
             task = asyncio.current_task()
             if not self._interrupting or task is None:
+                self.last_end = ended
                 raise
             task.uncancel()  # the cancellation was ours and is handled here
+            self._ended(ended)
             return
         except KernelError as exc:
             ended = TurnEnded(turn=turn, reason="internal_error", detail=str(exc))
@@ -398,9 +429,17 @@ class Session:
                 turn=turn, reason="internal_error", detail="the turn ended without a reason"
             )
             self.record(ended)
+        self._ended(ended)
+
+    def _ended(self, ended: TurnEnded) -> None:
         self.last_end = ended
         if ended.answer is not None:
             self.last_answer = ended.answer
+        if self.deps.on_turn_end is not None:
+            try:
+                self.deps.on_turn_end(self, ended)
+            except Exception:  # telling others must not break this session
+                log.exception("session %s: the turn-end hook failed", self.id)
 
     def _request(self) -> Request:
         return Request(

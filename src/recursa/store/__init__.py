@@ -9,7 +9,7 @@ see :mod:`recursa.store.store` for the invariants it keeps, and
 """
 
 from recursa.store.db import DB_FILE_NAME
-from recursa.store.inbox import MessageMode, MessageRow, MessageStatus
+from recursa.store.inbox import MessageKind, MessageMode, MessageRow, MessageStatus
 from recursa.store.ledger import CommandRow, CommandStatus, KernelRow
 from recursa.store.migrations import (
     LATEST_VERSION,
@@ -38,6 +38,7 @@ __all__ = [
     "CommandStatus",
     "JSONValue",
     "KernelRow",
+    "MessageKind",
     "MessageMode",
     "MessageRow",
     "MessageStatus",

@@ -16,16 +16,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
-from recursa.protocol.events import EventRecord, InputSource, UserInput, json_text
+from recursa.protocol.events import (
+    EventRecord,
+    InboxRead,
+    InputSource,
+    ReadMessage,
+    UserInput,
+    json_text,
+)
 
 if TYPE_CHECKING:
     from recursa.store.store import Store
 
 MessageMode = Literal["auto", "steer", "follow_up"]
 MessageStatus = Literal["queued", "delivered", "dropped"]
+MessageKind = Literal["message", "answer"]
+"""``answer``: a sub-agent's final answer, sent to its parent automatically."""
 
 _COLUMNS = (
-    "id, session_id, sender, source, mode, text, status, created_at, delivered_at, delivered_seq"
+    "id, session_id, sender, source, mode, text, status, created_at, delivered_at,"
+    " delivered_seq, kind"
 )
 
 
@@ -41,6 +51,7 @@ class MessageRow:
     created_at: float
     delivered_at: float | None
     delivered_seq: int | None
+    kind: MessageKind = "message"
 
     def as_input(self, *, steer: bool = False) -> UserInput:
         """The event that delivers this message to the model."""
@@ -72,6 +83,7 @@ class Inbox:
         source: InputSource = "user",
         mode: MessageMode = "auto",
         sender: str | None = None,
+        kind: MessageKind = "message",
     ) -> MessageRow:
         """Store a message for ``session_id``; committed when this returns
         (unless called inside a wider :meth:`Store.transaction`)."""
@@ -151,6 +163,39 @@ class Inbox:
                 records.append(record)
         return records
 
+    def take(
+        self, session_id: str, *, sender: str | None = None, kind: MessageKind | None = None
+    ) -> tuple[list[MessageRow], EventRecord | None]:
+        """Take the queued messages of ``session_id`` (only ``sender``'s, or of
+        ``kind``, when given) for a cell that reads them: mark them delivered and
+        append one ``inbox_read`` event, in one transaction. The event is
+        None when nothing was queued."""
+        taken: list[MessageRow] = []
+        now = self._store.now()
+        with self._store.transaction():
+            for message in self.pending(session_id):
+                if sender is not None and message.sender != sender:
+                    continue
+                if kind is not None and message.kind != kind:
+                    continue
+                claimed = self._store.execute(
+                    "UPDATE messages SET status = 'delivered', delivered_at = ?"
+                    " WHERE id = ? AND status = 'queued'",
+                    (now, message.id),
+                ).rowcount
+                if claimed:
+                    taken.append(message)
+            if not taken:
+                return [], None
+            read = tuple(ReadMessage(m.id, m.sender, m.source, m.text) for m in taken)
+            record = self._store.append(session_id, InboxRead(messages=read))
+            placeholders = ", ".join("?" * len(taken))
+            self._store.execute(
+                f"UPDATE messages SET delivered_seq = ? WHERE id IN ({placeholders})",
+                (record.seq, *(m.id for m in taken)),
+            )
+        return taken, record
+
     def drop(self, session_id: str) -> int:
         """Drop every queued message of ``session_id`` (a deleted session); returns how many."""
         with self._store.transaction():
@@ -162,4 +207,4 @@ class Inbox:
         return int(cursor.rowcount)
 
 
-__all__ = ["Inbox", "MessageMode", "MessageRow", "MessageStatus"]
+__all__ = ["Inbox", "MessageKind", "MessageMode", "MessageRow", "MessageStatus"]

@@ -19,7 +19,9 @@ restarted after a crash can find live kernels and reattach to them.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -126,4 +128,41 @@ class KernelRecords:
             self._store.execute("DELETE FROM kernels WHERE session_id = ?", (session_id,))
 
 
-__all__ = ["CommandRow", "CommandStatus", "Commands", "KernelRecords", "KernelRow"]
+class KernelTokens:
+    """Tokens a session's kernel speaks to the daemon with (use ``store.tokens``).
+
+    :meth:`mint` returns a fresh token and keeps only its hash; the daemon
+    maps a request's token to its session with :meth:`session_of`. A session
+    may hold several (a kernel reattached after a crash keeps its own);
+    :meth:`revoke` drops them all, for a session deleted or unloaded.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def mint(self, session_id: str) -> str:
+        token = secrets.token_urlsafe(32)
+        with self._store.transaction():
+            self._store.execute(
+                "INSERT INTO kernel_tokens (token_hash, session_id, created_at) VALUES (?, ?, ?)",
+                (_digest(token), session_id, self._store.now()),
+                missing=session_id,
+            )
+        return token
+
+    def session_of(self, token: str) -> str | None:
+        row = self._store.execute(
+            "SELECT session_id FROM kernel_tokens WHERE token_hash = ?", (_digest(token),)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def revoke(self, session_id: str) -> None:
+        with self._store.transaction():
+            self._store.execute("DELETE FROM kernel_tokens WHERE session_id = ?", (session_id,))
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+__all__ = ["CommandRow", "CommandStatus", "Commands", "KernelRecords", "KernelRow", "KernelTokens"]

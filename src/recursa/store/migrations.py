@@ -203,6 +203,27 @@ def m_daemon(conn: sqlite3.Connection) -> None:
     )
 
 
+@_migration(3)
+def m_agents(conn: sqlite3.Connection) -> None:
+    """Sub-agents: the tokens kernels speak with, and which messages are a
+    child's final answer (a parent that waited for it takes it from the queue)."""
+    _run(
+        conn,
+        (
+            # Only a hash is kept; the token itself lives in the kernel that got it.
+            """
+            CREATE TABLE kernel_tokens (
+                token_hash  TEXT PRIMARY KEY,
+                session_id  TEXT NOT NULL REFERENCES sessions(id),
+                created_at  REAL NOT NULL
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX kernel_tokens_session ON kernel_tokens(session_id)",
+            "ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT 'message'",
+        ),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = tuple(_REGISTRY)
 """Every migration this recursa knows, in version order."""
 

@@ -51,7 +51,7 @@ from recursa.protocol.events import (
 from recursa.store import sessions as session_table
 from recursa.store.db import connect, one_line, translated
 from recursa.store.inbox import Inbox
-from recursa.store.ledger import Commands, KernelRecords
+from recursa.store.ledger import Commands, KernelRecords, KernelTokens
 from recursa.store.migrations import migrate
 from recursa.store.rows import JSONValue, SessionRow, UsageTotals
 
@@ -97,6 +97,8 @@ class Store:
         """The idempotency ledger of client commands (:mod:`recursa.store.ledger`)."""
         self.kernels = KernelRecords(self)
         """Each session's kernel process, for reattaching after a crash."""
+        self.tokens = KernelTokens(self)
+        """The tokens kernels speak to the daemon with (hashes only)."""
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -13,8 +13,10 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from recursa.config import Limits, SessionsConfig, load_config
+from recursa.config import AgentsConfig, Limits, SessionsConfig, load_config
+from recursa.daemon.embedded import serve_embedded
 from recursa.runtime import Runtime
+from recursa.runtime.host import RuntimeHost
 
 
 class RecordingSleep:
@@ -37,25 +39,36 @@ async def make_runtime(
     retry_sleep: RecordingSleep | None = None,
     clock: Callable[[], float] | None = None,
     sessions: SessionsConfig | None = None,
+    agents: AgentsConfig | None = None,
+    api: bool = True,
 ) -> AsyncIterator[Runtime]:
     """A Runtime whose RECURSA_HOME is ``home``; closed (kernels and all) on exit.
 
     The configuration reads the real environment with ``env`` laid over it.
     Retries sleep through ``retry_sleep`` (a fresh :class:`RecordingSleep` by
     default, reachable as ``runtime.retry_sleep``); ``clock`` replaces the
-    monotonic clock (idle unloading, limits); ``sessions`` the lifecycle settings.
+    monotonic clock (idle unloading, limits); ``sessions`` and ``agents`` the
+    lifecycle and sub-agent settings. With ``api`` (the default) the kernel-side
+    API is served in-process, so kernels can use ``rlm`` and ``agent_message``.
     """
     config = load_config(overrides={"RECURSA_HOME": str(home), **(env or {})})
     if limits is not None:
         config = replace(config, limits=limits)
     if sessions is not None:
         config = replace(config, sessions=sessions)
+    if agents is not None:
+        config = replace(config, agents=agents)
     sleep = retry_sleep or RecordingSleep()
     runtime = await Runtime.open(
         config, warm_kernels=warm_kernels, retry_sleep=sleep, clock=clock or time.monotonic
     )
     try:
-        yield runtime
+        if api:
+            async with serve_embedded(RuntimeHost(runtime), directory=home / "api") as socket:
+                runtime.api_socket = socket
+                yield runtime
+        else:
+            yield runtime
     finally:
         await runtime.aclose()
 

@@ -1,0 +1,270 @@
+"""The kernel's connection to the daemon: HTTP over its unix socket, with the
+session's kernel token.
+
+This module runs inside a kernel process, not in the daemon. It is the one
+place besides :mod:`recursa.config` that reads ``os.environ``: the kernel's
+environment is where the daemon puts :data:`ENV_SOCKET` and :data:`ENV_TOKEN`
+(``Kernel.export_env``, again after every restart), and they are read at each
+call, so a kernel whose variables were set after this module was imported, or
+changed since, uses the current ones.
+
+Importing it is cheap: ``httpx2`` and the wire values are imported on the
+first call. One ``httpx2.AsyncClient`` is kept per event loop (a kernel has
+one; a test has one per test) and per socket and token; idle connections are
+dropped before the server would close them (:data:`KEEPALIVE_SECONDS`), so
+a request never races a server-side close.
+
+Every failure is one exception of the error tree, with one line a model can
+act on: the daemon's errors by their kind (``not_found`` → NotFound,
+``invalid`` → UsageError, ...), transport failures as DaemonError, and a
+kernel without the variables as :class:`~recursa.errors.RecursaError`
+(:data:`UNAVAILABLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from recursa.errors import (
+    AuthError,
+    DaemonError,
+    ModelUnavailable,
+    NotFound,
+    RecursaError,
+    StoreError,
+    UncertainCommand,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+
+ENV_SOCKET = "RECURSA_API_SOCKET"
+"""The daemon's socket, as the kernel reaches it."""
+ENV_TOKEN = "RECURSA_KERNEL_TOKEN"
+"""The session's kernel token: the daemon derives the caller from it."""
+
+UNAVAILABLE = "the recursa API is not available in this kernel"
+CALL_TIMEOUT = 120.0
+"""Seconds an ordinary call may wait for its reply."""
+CONNECT_TIMEOUT = 5.0
+POLL_MARGIN = 30.0
+"""Seconds a long poll's reply may take beyond the wait it asked for."""
+KEEPALIVE_SECONDS = 2.0
+"""Idle connections are dropped after this, well before uvicorn's 5 s."""
+MAX_WAIT_SECONDS = 86_400.0
+"""The longest wait a long poll may ask for (the daemon's limit too)."""
+
+_EXCEPTIONS: dict[str, type[RecursaError]] = {
+    # Mirrors the client side of recursa.daemon.errormap (this layer cannot
+    # import the daemon's); tests check that the two agree.
+    "not_found": NotFound,
+    "auth": AuthError,
+    "unavailable": ModelUnavailable,
+    "invalid": UsageError,
+    "uncertain": UncertainCommand,
+    "conflict": StoreError,
+    "internal": DaemonError,
+}
+
+
+class _Connection:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, socket: str, token: str, http: httpx2.AsyncClient
+    ) -> None:
+        self.loop = loop
+        self.socket = socket
+        self.token = token
+        self.http = http
+
+
+_current: _Connection | None = None
+T = TypeVar("T")
+
+
+def configured() -> tuple[str, str]:
+    """The socket and token from the environment, or the one-line RecursaError."""
+    socket = os.environ.get(ENV_SOCKET, "")
+    token = os.environ.get(ENV_TOKEN, "")
+    if not socket or not token:
+        missing = " and ".join(n for n, v in ((ENV_SOCKET, socket), (ENV_TOKEN, token)) if not v)
+        raise RecursaError(f"{UNAVAILABLE} ({missing} not set)")
+    return socket, token
+
+
+async def call(
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float | None = CALL_TIMEOUT,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    what: str,
+) -> Any:
+    """Send one request under ``/v1/kernel`` and return the reply's JSON.
+
+    ``timeout`` bounds the wait for the reply (None: no bound, for a long poll
+    without a limit); ``what`` names the call in error messages (``rlm()``)."""
+    __tracebackhide__ = True
+    import httpx2
+
+    from recursa.protocol.events import json_text
+    from recursa.protocol.wire import API_PREFIX
+
+    connection = await _connection()
+    content = json_text(body).encode() if body is not None else None
+    headers = {"content-type": "application/json"} if body is not None else {}
+    try:
+        response = await connection.http.request(
+            method,
+            f"{API_PREFIX}/kernel{path}",
+            content=content,
+            headers=headers,
+            timeout=httpx2.Timeout(timeout, connect=CONNECT_TIMEOUT),
+        )
+    except (httpx2.ConnectError, httpx2.ConnectTimeout, FileNotFoundError):
+        raise DaemonError(
+            f"cannot reach the recursa daemon at {connection.socket} (during {what}); "
+            "is it running?"
+        ) from None
+    except httpx2.TimeoutException:
+        raise DaemonError(f"the recursa daemon did not answer {what} in time") from None
+    except httpx2.TransportError:
+        raise DaemonError(
+            f"the connection to the recursa daemon broke during {what}; its outcome is unknown"
+        ) from None
+    except asyncio.CancelledError:
+        raise  # the pool drops the connection it was using and stays sound
+    except BaseException:
+        # Interrupted at an arbitrary point (KeyboardInterrupt): the pool's
+        # state is unknown, so the next call starts with a new client.
+        _forget(connection)
+        raise
+    if not response.is_success:
+        raise _error_of(response, what)
+    try:
+        return response.json()
+    except ValueError:
+        raise malformed(what) from None
+
+
+async def aclose() -> None:
+    """Close the connection pool of this event loop (tests; a kernel never needs to)."""
+    global _current
+    connection, _current = _current, None
+    if connection is not None and connection.loop is asyncio.get_running_loop():
+        await connection.http.aclose()
+
+
+def seconds(value: object, name: str, *, allow_none: bool) -> float | None:
+    """A wait in seconds, checked: a finite number from 0 to :data:`MAX_WAIT_SECONDS`."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a number of seconds{' or None' if allow_none else ''}, "
+            f"not {type(value).__name__}"
+        )
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or number > MAX_WAIT_SECONDS:
+        raise ValueError(f"{name} must be from 0 to {MAX_WAIT_SECONDS:g} seconds, not {value!r}")
+    return number
+
+
+def decode(cls: type[T], data: object, what: str) -> T:
+    """A wire value from a reply's JSON; a malformed one is a DaemonError."""
+    from recursa.protocol.wire import from_json
+
+    try:
+        return from_json(cls, data)
+    except ValueError:
+        raise malformed(what) from None
+
+
+def decode_list(cls: type[T], data: object, what: str) -> list[T]:
+    if not isinstance(data, list):
+        raise malformed(what)
+    return [decode(cls, item, what) for item in data]
+
+
+def malformed(what: str) -> DaemonError:
+    return DaemonError(f"the recursa daemon sent a malformed reply to {what}")
+
+
+def poll_timeout(wait: float | None) -> float | None:
+    """The reply timeout for a long poll that may wait ``wait`` seconds."""
+    return None if wait is None else wait + POLL_MARGIN
+
+
+async def _connection() -> _Connection:
+    global _current
+    socket, token = configured()
+    loop = asyncio.get_running_loop()
+    current = _current
+    if current is not None:
+        if current.loop is loop and current.socket == socket and current.token == token:
+            return current
+        _current = None
+        if current.loop is loop:
+            await current.http.aclose()
+    import httpx2
+
+    transport = httpx2.AsyncHTTPTransport(
+        uds=socket,
+        retries=0,
+        # No cap on connections: a cell may wait on many children at once, and
+        # a capped pool would queue an inbox() behind them.
+        limits=httpx2.Limits(max_connections=None, keepalive_expiry=KEEPALIVE_SECONDS),
+    )
+    http = httpx2.AsyncClient(
+        transport=transport,
+        base_url="http://recursa",
+        headers={"authorization": f"Bearer {token}"},
+        trust_env=False,
+    )
+    _current = _Connection(loop, socket, token, http)
+    return _current
+
+
+def _forget(connection: _Connection) -> None:
+    global _current
+    if _current is connection:
+        _current = None
+
+
+def _error_of(response: httpx2.Response, what: str) -> RecursaError:
+    kind, message = "", ""
+    try:
+        error = response.json()["error"]
+        kind, message = str(error["kind"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    if kind == "auth":
+        return AuthError(f"the recursa daemon refused this kernel's token during {what}")
+    if not message:
+        return DaemonError(f"the recursa daemon answered {what} with HTTP {response.status_code}")
+    cls = _EXCEPTIONS.get(kind, DaemonError)
+    return cls(_one_line(message))
+
+
+def _one_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+__all__ = [
+    "CALL_TIMEOUT",
+    "ENV_SOCKET",
+    "ENV_TOKEN",
+    "MAX_WAIT_SECONDS",
+    "UNAVAILABLE",
+    "aclose",
+    "call",
+    "configured",
+    "decode",
+    "decode_list",
+    "malformed",
+    "poll_timeout",
+    "seconds",
+]
