@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from recursa.config import Config
@@ -193,7 +194,9 @@ class FakeHost:
         return matches[0]
 
 
-async def open_fake_host(config: Config) -> tuple[Host, Callable[[], Awaitable[None]]]:
+async def open_fake_host(
+    config: Config, *, api_socket: Path | None = None
+) -> tuple[Host, Callable[[], Awaitable[None]]]:
     """A ``--host-factory`` for a real daemon process (see the module docstring)."""
     host = FakeHost()
     received = {name: p.api_key for name, p in config.providers.items()}

@@ -171,3 +171,57 @@ def test_an_unknown_session_is_one_line(env: dict[str, str], tmp_path: Path) -> 
     assert result.returncode == 6
     assert result.stderr.strip().count("\n") == 0
     assert "s-nothing" in result.stderr
+
+
+FAN_OUT = (
+    "handles = [await rlm(f'square {i}', name=f'sq{i}') for i in range(5)]\n"
+    "print(len(handles), 'started')\n"
+)
+
+
+def fan_out_model(path: str, body: dict[str, object]) -> Reply:
+    """A parent that starts five children and sums their answers; children that
+    square their number in a cell. Decided from the request alone."""
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    users = [str(m.get("content")) for m in messages if m["role"] == "user"]
+    if "] square " in users[0]:
+        number = int(users[0].rsplit(" ", 1)[1])
+        if messages[-1]["role"] == "tool":
+            return Reply(text=str(number * number))
+        return Reply(tool_calls=[python(f"print({number} ** 2)")])
+    answers = [int(u.rsplit(": ", 1)[1]) for u in users if "finished: " in u]
+    if len(answers) == 5:
+        return Reply(text=f"the squares sum to {sum(answers)}")
+    if not any(m["role"] == "tool" for m in messages):
+        return Reply(tool_calls=[python(FAN_OUT)])
+    return Reply(text=f"{len(answers)} of 5 answers so far")
+
+
+def test_run_waits_for_the_whole_tree_and_usage_shows_it(home: Path, tmp_path: Path) -> None:
+    # The acceptance of sub-agents: five children started in a loop, all five
+    # answers back in the parent, which answers with them; then `recursa run`
+    # exits (it used to hang when a child was still settling as the root idled).
+    with FakeModelServer.in_thread(responder=fan_out_model) as server:
+        env = daemon_env(home, server)
+        try:
+            result = recursa(["run", "--model", "openai/m", "sum five squares"], env, tmp_path)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.strip() == "the squares sum to 30"
+            assert "5 sub-agents (5 idle)" in result.stderr
+            listed = agents(env, tmp_path)
+            [root] = [a for a in listed if a["parent_id"] is None]
+            assert sorted(a["name"] for a in listed if a["parent_id"] == root["id"]) == [
+                f"sq{i}" for i in range(5)
+            ]
+            usage = recursa(["usage", root["id"], "--json"], env, tmp_path)
+            assert usage.returncode == 0, usage.stderr
+            tree = json.loads(usage.stdout)["session"]
+            assert len(tree["children"]) == 5
+            assert all(c["own"]["output_tokens"] > 0 for c in tree["children"])
+            assert tree["total"]["input_tokens"] > tree["own"]["input_tokens"]
+            assert tree["total"]["input_tokens"] == tree["own"]["input_tokens"] + sum(
+                c["total"]["input_tokens"] for c in tree["children"]
+            )
+        finally:
+            kill_everything(home)

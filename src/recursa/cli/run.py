@@ -180,12 +180,39 @@ async def _until_quiet(
     client: DaemonClient, session: str, state: Follow, printer: TranscriptPrinter, json_lines: bool
 ) -> Follow:
     """Follow the root until its whole tree is quiet: a sub-agent's answer starts
-    another turn of the root, so its idling is not the end while children work."""
-    while True:
-        state = await follow_until_idle(client, session, state, printer, json_lines=json_lines)
-        if state.detached or await client.wait_quiet(session, 0):
-            return state
+    another turn of the root, so its idling is not the end while children work.
+
+    After each idle, two waits race: the tree going quiet, and the root's next
+    turn. A child can still be settling (its snapshot) when the root idles for
+    the last time, so asking "quiet now?" once would miss the end and wait for
+    a turn that never comes."""
+    state = await follow_until_idle(client, session, state, printer, json_lines=json_lines)
+    while not state.detached:
+        quiet = asyncio.ensure_future(client.wait_quiet(session))
         state.seen_turn = False
+        turn = asyncio.ensure_future(
+            follow_until_idle(client, session, state, printer, json_lines=json_lines)
+        )
+        try:
+            await asyncio.wait({quiet, turn}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (quiet, turn):
+                if not waiting.done():
+                    waiting.cancel()
+            await asyncio.gather(quiet, turn, return_exceptions=True)
+        if turn.done() and not turn.cancelled():
+            state = turn.result()  # raises what the follower raised
+        if quiet.done() and not quiet.cancelled() and quiet.result():
+            # Quiet: the root's log is complete up to its idle; print what the
+            # cancelled follower had not shown yet.
+            async for record in client.events(session, after=state.cursor, follow=False):
+                if record.seq:
+                    state.cursor = record.seq
+                show(record, printer, json_lines)
+                if isinstance(record.event, TurnEnded):
+                    state.last_end = record.event
+            return state
+    return state
 
 
 def _children_summary(tree: UsageNode, children: list[SessionInfo], json_lines: bool) -> None:

@@ -36,7 +36,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TextIO, cast
+from typing import Protocol, TextIO, cast
 
 from recursa.config import Config, load_config
 from recursa.daemon.app import kernel_host_of
@@ -55,7 +55,15 @@ from recursa.daemon.paths import (
 from recursa.daemon.server import DaemonServer, bind_socket
 from recursa.errors import ConfigError, DaemonError, RecursaError
 
-HostFactory = Callable[[Config], Awaitable[tuple[Host, Callable[[], Awaitable[None]]]]]
+
+class HostFactory(Protocol):
+    """Opens the daemon's host; ``api_socket`` is the daemon's socket, where
+    kernels reach the kernel API. Returns the host and the function that closes it."""
+
+    def __call__(
+        self, config: Config, *, api_socket: Path
+    ) -> Awaitable[tuple[Host, Callable[[], Awaitable[None]]]]: ...
+
 
 DEFAULT_HOST_FACTORY = "recursa.runtime.host:open_host"
 MAX_SECRETS_BYTES = 1024 * 1024
@@ -117,7 +125,7 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
     sock = bind_socket(paths)  # before the host starts threads: the umask is process-wide
     try:
         token = ensure_token(paths)
-        host, close = await factory(config)
+        host, close = await factory(config, api_socket=paths.socket)
         try:
             kernel_host = kernel_host_of(host)
             if kernel_host is None:
