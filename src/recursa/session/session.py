@@ -402,9 +402,11 @@ class Session:
         ended: TurnEnded | None = None
         try:
             async for event in run_turn(turn, hooks, resume=resume and cut_turn is not None):
-                self.record(event)
                 if isinstance(event, TurnEnded):
                     ended = event
+                    self._end(event)
+                else:
+                    self.record(event)
         except asyncio.CancelledError:
             ended = TurnEnded(turn=turn, reason="interrupted", detail="interrupted by the user")
             self.record(ended)
@@ -416,20 +418,27 @@ class Session:
             self._ended(ended)
             return
         except KernelError as exc:
-            ended = TurnEnded(turn=turn, reason="internal_error", detail=str(exc))
-            self.record(ended)
+            if ended is None:
+                self._end(TurnEnded(turn=turn, reason="internal_error", detail=str(exc)))
+            return
         except Exception as exc:  # a bug: end the turn with a reason, keep the session
             log.exception("session %s: turn %d failed", self.id, turn)
-            ended = TurnEnded(
-                turn=turn, reason="internal_error", detail=f"{type(exc).__name__}: {exc}"
-            )
-            self.record(ended)
+            if ended is None:
+                detail = f"{type(exc).__name__}: {exc}"
+                self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
+            return
         if ended is None:  # the loop's contract says this cannot happen; say so if it does
-            ended = TurnEnded(
-                turn=turn, reason="internal_error", detail="the turn ended without a reason"
-            )
+            detail = "the turn ended without a reason"
+            self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
+
+    def _end(self, ended: TurnEnded) -> None:
+        """Record the turn's end and run the turn-end hook in one transaction:
+        what the hook stores (a sub-agent's answer queued for its parent, the
+        harness edits applied) is durable exactly when the end is, so a crash
+        can never keep the one and lose the other."""
+        with self.deps.store.transaction():
             self.record(ended)
-        self._ended(ended)
+            self._ended(ended)
 
     def _ended(self, ended: TurnEnded) -> None:
         self.last_end = ended
