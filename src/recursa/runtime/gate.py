@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from recursa.kernel import Kernel, KernelPool
 
 if TYPE_CHECKING:
+    from recursa.runtime.tree import Pulse
     from recursa.session import Session
 
 log = logging.getLogger("recursa.runtime")
@@ -31,12 +32,14 @@ class KernelGate:
         pool: KernelPool,
         limit: int,
         sessions: Callable[[], Sequence[Session]],
+        pulse: Pulse | None = None,
     ) -> None:
         self.pool = pool
         self.limit = limit
         self.live = 0
         self.peak = 0
         self._sessions = sessions
+        self._pulse = pulse
         self._freed = asyncio.Event()
 
     async def acquire(self, cwd: Path) -> Kernel:
@@ -68,21 +71,37 @@ class KernelGate:
 
     async def _room(self) -> None:
         while self.live >= self.limit:
-            victim = self._longest_idle()
+            signal = None if self._pulse is None else self._pulse.current()
             freed = self._freed
+            victim = self._longest_idle()
             if victim is not None:
                 log.info("kernel cap %d reached: unloading idle session %s", self.limit, victim.id)
                 try:
                     await victim.unload()
+                    continue
                 except Exception:
                     log.exception("session %s: unloading to make room failed", victim.id)
-                    await freed.wait()
-            else:
-                await freed.wait()
+            await self._changed(freed, signal)
         self._take()
 
+    async def _changed(self, freed: asyncio.Event, signal: asyncio.Event | None) -> None:
+        """Until a kernel is released or (with a pulse) any session's activity
+        changes: a holder that goes idle can then be unloaded for us."""
+        waits = [asyncio.ensure_future(freed.wait())]
+        if signal is not None:
+            waits.append(asyncio.ensure_future(signal.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
     def _longest_idle(self) -> Session | None:
-        idle = [s for s in self._sessions() if s.loaded and not s.running and s.status == "idle"]
+        """The idle session whose kernel is ready (not starting: that may be
+        the very session asking for room) and idle the longest."""
+        idle = [
+            s for s in self._sessions() if s.kernel_ready and not s.running and s.status == "idle"
+        ]
         return min(idle, key=lambda s: s.idle_since, default=None)
 
 
