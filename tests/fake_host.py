@@ -211,7 +211,9 @@ async def open_fake_host(
     return host, close
 
 
-async def open_failing_host(config: Config) -> tuple[Host, Callable[[], Awaitable[None]]]:
+async def open_failing_host(
+    config: Config, *, api_socket: Path | None = None
+) -> tuple[Host, Callable[[], Awaitable[None]]]:
     """A ``--host-factory`` that fails as the runtime would without a model."""
     raise ModelUnavailable("no model weights here (the fake host refuses to open)")
 

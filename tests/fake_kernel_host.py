@@ -24,10 +24,17 @@ from fake_host import FakeHost
 from recursa.errors import NotFound, UsageError
 from recursa.protocol.wire import (
     AgentMessage,
+    CommandKey,
     CreateSession,
     Handle,
+    HarnessDetail,
+    HarnessEdit,
+    HarnessEntry,
+    HarnessPrompt,
+    HarnessReceipt,
     InboxMessage,
     Receipt,
+    RefineReply,
     Spawn,
     Usage,
     UsageNode,
@@ -204,6 +211,70 @@ class FakeKernelHost(FakeHost):
             self._cancel(f"quiet:{info.id}")
             raise
         return True
+
+    # -- the harness: empty (its routes are tested against the runtime) -------------------
+
+    async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
+        self.kernel_calls.append(("stage_edit", caller, edit))
+        raise UsageError("the fake host has no harness")
+
+    async def visible_entries(
+        self, caller: str, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        self.kernel_calls.append(("visible_entries", caller, (kind, scope, status)))
+        return []
+
+    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def visible_diff(
+        self, caller: str, ref: str, from_version: int | None, to_version: int | None
+    ) -> str:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
+        raise UsageError("the fake host has no harness")
+
+    async def harness_list(
+        self, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        return []
+
+    async def harness_show(self, ref: str) -> HarnessDetail:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def harness_log(self, limit: int) -> list[HarnessEntry]:
+        return []
+
+    async def harness_diff(self, ref: str, from_version: int | None, to_version: int | None) -> str:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def harness_revert(
+        self, ref: str, to_version: int, command: CommandKey | None
+    ) -> HarnessEntry:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def harness_approve(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def harness_reject(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        raise NotFound(f"no harness entry {ref!r}")
+
+    async def harness_prompt(self, session: str) -> HarnessPrompt:
+        info = self._resolve(session)
+        return HarnessPrompt(info.id, "", 0, 0, (), ())
+
+    async def refine(
+        self, session: str, instructions: str | None, command: CommandKey | None
+    ) -> RefineReply:
+        raise UsageError("the fake host has no harness")
 
     # -- internals --------------------------------------------------------------------------
 

@@ -50,6 +50,14 @@ The file, field by field::
     max_pending = 200                   # messages waiting for one session
     messages_per_minute = 120           # one session's send rate
 
+    [harness]
+    review_skill = "human"              # the gate for global entries: "human", "model" or "none"
+    review_prompt_note = "model"
+    review_memory = "model"
+    review_subagent_spec = "model"
+    reviewer_model = ""                 # "" = the proposing session's model
+    max_prompt_chars = 6000             # the supplemental prompt's bound
+
     [local]
     n_ctx = 8192                        # context length for embedded models
     threads = 0                         # 0 = all cores
@@ -194,6 +202,31 @@ class AgentsConfig:
     messages_per_minute: int = DEFAULT_MESSAGES_PER_MINUTE
 
 
+ReviewPolicy = Literal["human", "model", "none"]
+REVIEW_POLICIES: tuple[ReviewPolicy, ...] = ("human", "model", "none")
+DEFAULT_HARNESS_PROMPT_CHARS = 6000
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessConfig:
+    """The Continual Harness: the review gate for global entries, per kind
+    (a local entry needs no review), and the supplemental prompt's bound."""
+
+    review: Mapping[str, ReviewPolicy] = field(
+        default_factory=lambda: {
+            "skill": "human",
+            "prompt_note": "model",
+            "memory": "model",
+            "subagent_spec": "model",
+        }
+    )
+    reviewer_model: str | None = None
+    max_prompt_chars: int = DEFAULT_HARNESS_PROMPT_CHARS
+
+    def policy(self, kind: str) -> ReviewPolicy:
+        return self.review.get(kind, "human")
+
+
 @dataclass(frozen=True, slots=True)
 class LocalConfig:
     n_ctx: int = DEFAULT_LOCAL_N_CTX
@@ -214,6 +247,7 @@ class Config:
     kernel: KernelConfig = KernelConfig()
     sessions: SessionsConfig = SessionsConfig()
     agents: AgentsConfig = AgentsConfig()
+    harness: HarnessConfig = HarnessConfig()
     local: LocalConfig = LocalConfig()
 
     @property
@@ -338,6 +372,7 @@ def load_config(
         ),
         sessions=_sessions(_table(data, "sessions", path), path),
         agents=_agents(_table(data, "agents", path), path),
+        harness=_harness(_table(data, "harness", path), path),
         local=_local(_table(data, "local", path), _cache_dir(environ), path),
     )
 
@@ -560,6 +595,29 @@ def _agents(table: dict[str, Any], path: Path) -> AgentsConfig:
     ):
         raise ConfigError(f"{path}: agents limits must be at least 1")
     return AgentsConfig(**values)
+
+
+def _harness(table: dict[str, Any], path: Path) -> HarnessConfig:
+    kinds = ("skill", "prompt_note", "memory", "subagent_spec")
+    keys = {f"review_{k}" for k in kinds} | {"reviewer_model", "max_prompt_chars"}
+    _check_keys(table, keys, "harness", path)
+    defaults = HarnessConfig()
+    review: dict[str, ReviewPolicy] = {}
+    for kind in kinds:
+        value = table.get(f"review_{kind}", defaults.policy(kind))
+        if value not in REVIEW_POLICIES:
+            raise ConfigError(
+                f"{path}: harness.review_{kind} must be one of {', '.join(REVIEW_POLICIES)},"
+                f" not {value!r}"
+            )
+        review[kind] = value
+    reviewer = table.get("reviewer_model", "")
+    if not isinstance(reviewer, str):
+        raise ConfigError(f"{path}: harness.reviewer_model must be a string")
+    chars = int(_number(table, "max_prompt_chars", defaults.max_prompt_chars, path, "harness."))
+    if chars < 0:
+        raise ConfigError(f"{path}: harness.max_prompt_chars must be at least 0")
+    return HarnessConfig(review=review, reviewer_model=reviewer or None, max_prompt_chars=chars)
 
 
 def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:

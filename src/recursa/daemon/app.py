@@ -14,13 +14,24 @@ the client token; bodies and replies are the wire values of
     GET  /sessions/{ref}/events?after=SEQ&follow=0|1  → NDJSON stream of records
     GET  /sessions/{ref}/usage            → UsageNode
     POST /sessions/{ref}/wait-quiet  {"timeout": seconds|null} → {"quiet": bool}  (a long poll)
+    GET  /sessions/{ref}/prompt           → HarnessPrompt
+    POST /sessions/{ref}/refine    RefineRequest → RefineReply
+    GET  /harness/entries?kind=K&scope=S&status=S        → [HarnessEntry]
+    GET  /harness/entries/{entry}                        → HarnessDetail
+    GET  /harness/entries/{entry}/diff?from=V&to=V       → {"diff": text}
+    POST /harness/entries/{entry}/revert   HarnessRevert   → HarnessEntry
+    POST /harness/entries/{entry}/approve  HarnessDecision → HarnessEntry
+    POST /harness/entries/{entry}/reject   HarnessDecision → HarnessEntry
+    GET  /harness/log?limit=N                            → [HarnessEntry]  (newest first)
     POST /shutdown          Shutdown      → {}            202, then the server stops
 
 The kernels' routes, under ``/kernel/`` and for kernel tokens only, are
 those of :mod:`recursa.daemon.kernel_routes`; they exist when the app is
 given a :class:`~recursa.daemon.host.KernelHost`.
 
-``ref`` is a session id, a unique id prefix or a name. Mutating routes pass
+``ref`` is a session id, a unique id prefix or a name; ``entry`` a harness
+entry's id, unique id prefix or title (it may hold slashes, so a title
+ending in ``/diff`` is reached by its id). Mutating routes pass
 the ``Recursa-Client`` and ``Recursa-Command`` headers on as a
 :class:`~recursa.protocol.wire.CommandKey` (None when both are absent; one
 without the other is a bad request).
@@ -56,7 +67,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from recursa.daemon.auth import KernelAuth, TokenAuth
 from recursa.daemon.errormap import one_line, wire_error
 from recursa.daemon.host import Host, KernelHost
-from recursa.daemon.kernel_routes import kernel_routes
+from recursa.daemon.kernel_routes import (
+    entry_ref,
+    harness_filters,
+    instructions_of,
+    kernel_routes,
+    version_param,
+)
 from recursa.daemon.replies import (
     MAX_BODY_BYTES,
     StopSignal,
@@ -76,6 +93,9 @@ from recursa.protocol.wire import (
     HEARTBEAT_SECONDS,
     CommandKey,
     CreateSession,
+    HarnessDecision,
+    HarnessRevert,
+    RefineRequest,
     SendMessage,
     Shutdown,
     error_body,
@@ -84,6 +104,8 @@ from recursa.protocol.wire import (
 )
 
 MAX_HEADER_ID_CHARS = 200
+DEFAULT_LOG_LIMIT = 50
+"""Versions ``GET /harness/log`` returns when no ``limit`` is given."""
 NDJSON = "application/x-ndjson"
 KERNEL_METHODS = (
     "session_of_token",
@@ -94,6 +116,12 @@ KERNEL_METHODS = (
     "delete_subagent",
     "message",
     "inbox",
+    "stage_edit",
+    "visible_entries",
+    "visible_entry",
+    "visible_history",
+    "visible_diff",
+    "refine_caller",
 )
 """What a host must have to serve the kernels' routes (:class:`KernelHost`)."""
 
@@ -135,6 +163,30 @@ def create_app(
         Route(f"{p}/sessions/{{ref}}/events", guarded(api.events), methods=["GET"]),
         Route(f"{p}/sessions/{{ref}}/usage", guarded(api.usage), methods=["GET"]),
         Route(f"{p}/sessions/{{ref}}/wait-quiet", guarded(api.wait_quiet), methods=["POST"]),
+        Route(f"{p}/sessions/{{ref}}/prompt", guarded(api.harness_prompt), methods=["GET"]),
+        Route(f"{p}/sessions/{{ref}}/refine", guarded(api.refine), methods=["POST"]),
+        Route(f"{p}/harness/entries", guarded(api.harness_list), methods=["GET"]),
+        Route(f"{p}/harness/log", guarded(api.harness_log), methods=["GET"]),
+        # The entry may hold slashes (a title): the routes with an action first.
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/diff", guarded(api.harness_diff), methods=["GET"]
+        ),
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/revert",
+            guarded(api.harness_revert),
+            methods=["POST"],
+        ),
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/approve",
+            guarded(api.harness_approve),
+            methods=["POST"],
+        ),
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/reject",
+            guarded(api.harness_reject),
+            methods=["POST"],
+        ),
+        Route(f"{p}/harness/entries/{{entry:path}}", guarded(api.harness_show), methods=["GET"]),
         Route(f"{p}/shutdown", guarded(api.shutdown), methods=["POST"]),
     ]
     if kernel_host is not None:
@@ -196,6 +248,49 @@ class _Api:
         quiet = await long_poll(request, self._stop, self._host.wait_quiet(ref, timeout))
         return json_reply({"quiet": bool(quiet)})
 
+    async def harness_prompt(self, request: Request) -> Response:
+        return json_reply(to_json(await self._host.harness_prompt(_ref(request))))
+
+    async def refine(self, request: Request) -> Response:
+        body = from_json(RefineRequest, json_object(await read_json(request, empty_ok=True)))
+        reply = await self._host.refine(_ref(request), instructions_of(body), _command_key(request))
+        return json_reply(to_json(reply))
+
+    async def harness_list(self, request: Request) -> Response:
+        kind, scope, status = harness_filters(request)
+        entries = await self._host.harness_list(kind, scope, status)
+        return json_reply([to_json(entry) for entry in entries])
+
+    async def harness_show(self, request: Request) -> Response:
+        return json_reply(to_json(await self._host.harness_show(entry_ref(request))))
+
+    async def harness_log(self, request: Request) -> Response:
+        limit = _int_param(request, "limit", default=DEFAULT_LOG_LIMIT)
+        entries = await self._host.harness_log(limit)
+        return json_reply([to_json(entry) for entry in entries])
+
+    async def harness_diff(self, request: Request) -> Response:
+        old, new = version_param(request, "from"), version_param(request, "to")
+        return json_reply({"diff": await self._host.harness_diff(entry_ref(request), old, new)})
+
+    async def harness_revert(self, request: Request) -> Response:
+        body = from_json(HarnessRevert, json_object(await read_json(request)))
+        to = body.to
+        if isinstance(to, bool) or not isinstance(to, int) or to < 0:
+            raise ValueError("to must be a version number (0: before the entry existed)")
+        entry = await self._host.harness_revert(entry_ref(request), to, _command_key(request))
+        return json_reply(to_json(entry))
+
+    async def harness_approve(self, request: Request) -> Response:
+        reason = _decision(json_object(await read_json(request, empty_ok=True)))
+        entry = await self._host.harness_approve(entry_ref(request), reason, _command_key(request))
+        return json_reply(to_json(entry))
+
+    async def harness_reject(self, request: Request) -> Response:
+        reason = _decision(json_object(await read_json(request, empty_ok=True)))
+        entry = await self._host.harness_reject(entry_ref(request), reason, _command_key(request))
+        return json_reply(to_json(entry))
+
     async def shutdown(self, request: Request) -> Response:
         body = from_json(Shutdown, await read_json(request, empty_ok=True))
         if not isinstance(body.force, bool):
@@ -224,6 +319,13 @@ def _ref(request: Request) -> str:
     if not isinstance(ref, str) or not ref:
         raise ValueError("a session id or name is required")
     return ref
+
+
+def _decision(body: dict[str, Any]) -> str:
+    reason = from_json(HarnessDecision, body).reason
+    if not isinstance(reason, str):
+        raise ValueError("reason must be a string")
+    return reason
 
 
 def _command_key(request: Request) -> CommandKey | None:
@@ -368,6 +470,7 @@ async def _send_line(send: Send, data: dict[str, Any]) -> None:
 
 
 __all__ = [
+    "DEFAULT_LOG_LIMIT",
     "KERNEL_METHODS",
     "MAX_BODY_BYTES",
     "NDJSON",

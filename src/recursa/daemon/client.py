@@ -32,8 +32,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import httpx2
 
@@ -48,7 +48,14 @@ from recursa.protocol.wire import (
     HEARTBEAT_SECONDS,
     CreateSession,
     DaemonStatus,
+    HarnessDecision,
+    HarnessDetail,
+    HarnessEntry,
+    HarnessPrompt,
+    HarnessRevert,
     Receipt,
+    RefineReply,
+    RefineRequest,
     SendMessage,
     SessionInfo,
     Shutdown,
@@ -63,8 +70,11 @@ RECONNECT_WINDOW = 30.0
 STREAM_TIMEOUT = 3 * HEARTBEAT_SECONDS
 QUIET_PIECE = 30.0
 """Longest wait one ``wait-quiet`` request asks the daemon for."""
+REFINE_TIMEOUT = 600.0
+"""Seconds ``refine`` may wait for its reply: it is a model call."""
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 1.0
+T = TypeVar("T")
 
 
 class _NotRunning(Exception):
@@ -183,6 +193,69 @@ class DaemonClient:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 
+    # -- the Continual Harness ----------------------------------------------------------------
+    # ``ref`` names an entry by id, unique id prefix or title.
+
+    async def harness_list(
+        self, *, kind: str | None = None, scope: str | None = None, status: str | None = None
+    ) -> list[HarnessEntry]:
+        """The newest version of every entry, oldest entry first, filtered when asked."""
+        query = {k: v for k, v in (("kind", kind), ("scope", scope), ("status", status)) if v}
+        path = "/harness/entries" + (f"?{urlencode(query)}" if query else "")
+        return _list_of(HarnessEntry, await self._call("GET", path), path)
+
+    async def harness_show(self, ref: str) -> HarnessDetail:
+        """The newest version, every version, and the number of the one in force."""
+        return from_json(HarnessDetail, await self._call("GET", _entry_path(ref)))
+
+    async def harness_log(self, limit: int = 50) -> list[HarnessEntry]:
+        """The newest ``limit`` versions of all entries, newest first."""
+        path = f"/harness/log?limit={int(limit)}"
+        return _list_of(HarnessEntry, await self._call("GET", path), path)
+
+    async def harness_diff(
+        self, ref: str, from_version: int | None = None, to_version: int | None = None
+    ) -> str:
+        """A unified diff between two versions (default: the newest and the one before)."""
+        query = {
+            k: str(v) for k, v in (("from", from_version), ("to", to_version)) if v is not None
+        }
+        path = _entry_path(ref, "diff") + (f"?{urlencode(query)}" if query else "")
+        data = await self._call("GET", path)
+        text = data.get("diff") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise DaemonError(f"the daemon sent a malformed reply to GET {path}")
+        return text
+
+    async def harness_revert(self, ref: str, to_version: int) -> HarnessEntry:
+        """A new version equal to ``to_version`` (0: before the entry existed)."""
+        body = to_json(HarnessRevert(to=to_version))
+        data = await self._call("POST", _entry_path(ref, "revert"), body=body, mutating=True)
+        return from_json(HarnessEntry, data)
+
+    async def harness_approve(self, ref: str, reason: str = "") -> HarnessEntry:
+        body = to_json(HarnessDecision(reason=reason))
+        data = await self._call("POST", _entry_path(ref, "approve"), body=body, mutating=True)
+        return from_json(HarnessEntry, data)
+
+    async def harness_reject(self, ref: str, reason: str = "") -> HarnessEntry:
+        body = to_json(HarnessDecision(reason=reason))
+        data = await self._call("POST", _entry_path(ref, "reject"), body=body, mutating=True)
+        return from_json(HarnessEntry, data)
+
+    async def harness_prompt(self, session: str) -> HarnessPrompt:
+        """Exactly the supplement the session's next model call gets."""
+        return from_json(HarnessPrompt, await self._call("GET", _session_path(session, "prompt")))
+
+    async def refine(self, session: str, instructions: str | None = None) -> RefineReply:
+        """Run a refinement over the session's recent events (a model call)."""
+        body = to_json(RefineRequest(instructions=instructions))
+        path = _session_path(session, "refine")
+        data = await self._call(
+            "POST", path, body=body, mutating=True, timeout=max(self._timeout, REFINE_TIMEOUT)
+        )
+        return from_json(RefineReply, data)
+
     async def shutdown(self, *, force: bool = False) -> None:
         """Ask the daemon to stop; returns once it has begun (it exits soon after)."""
         body = to_json(Shutdown(force=force))
@@ -275,6 +348,7 @@ class DaemonClient:
         body: object = None,
         mutating: bool = False,
         retry: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
     ) -> Any:
         headers = {"content-type": "application/json"} if body is not None else {}
         if mutating:
@@ -282,7 +356,7 @@ class DaemonClient:
             headers[HEADER_COMMAND] = secrets.token_hex(16)
         content = json_text(body).encode() if body is not None else None
         try:
-            response = await self._send(method, path, content, headers)
+            response = await self._send(method, path, content, headers, timeout)
         except _NotRunning:
             raise self._not_running() from None
         except _Dropped:
@@ -290,15 +364,26 @@ class DaemonClient:
                 raise DaemonError(
                     f"the connection to the daemon broke during {method} {path}"
                 ) from None
-            response = await self._resend(method, path, content, headers)
+            response = await self._resend(method, path, content, headers, timeout)
         return _decode(response, method, path)
 
     async def _send(
-        self, method: str, path: str, content: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
     ) -> httpx2.Response:
+        """One request; ``timeout`` replaces the client's reply timeout (a long call)."""
+        wait = self._timeout if timeout is None else timeout
         try:
             return await self._client().request(
-                method, API_PREFIX + path, content=content, headers=headers
+                method,
+                API_PREFIX + path,
+                content=content,
+                headers=headers,
+                timeout=httpx2.Timeout(wait, connect=CONNECT_TIMEOUT),
             )
         except (httpx2.ConnectError, FileNotFoundError) as exc:
             raise _NotRunning() from exc
@@ -308,13 +393,18 @@ class DaemonClient:
             ) from None
         except httpx2.TimeoutException:
             raise DaemonError(
-                f"the daemon did not answer {method} {path} within {self._timeout:g}s"
+                f"the daemon did not answer {method} {path} within {wait:g}s"
             ) from None
         except httpx2.TransportError as exc:
             raise _Dropped() from exc
 
     async def _resend(
-        self, method: str, path: str, content: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
     ) -> httpx2.Response:
         """Send once more with the same command id, once the daemon accepts a
         connection again (a refused connection sent nothing, so it is retried)."""
@@ -322,7 +412,7 @@ class DaemonClient:
         delay = _BACKOFF_FIRST
         while True:
             try:
-                return await self._send(method, path, content, headers)
+                return await self._send(method, path, content, headers, timeout)
             except _NotRunning:
                 now = time.monotonic()
                 if now >= deadline:
@@ -337,6 +427,17 @@ class DaemonClient:
                     f"the connection to the daemon broke twice during {method} {path}; "
                     "the outcome is unknown (recursa agents)"
                 ) from None
+
+
+def _entry_path(ref: str, action: str | None = None) -> str:
+    path = f"/harness/entries/{quote(ref, safe='')}"
+    return f"{path}/{action}" if action else path
+
+
+def _list_of(cls: type[T], data: object, path: str) -> list[T]:
+    if not isinstance(data, list):
+        raise DaemonError(f"the daemon sent a malformed reply to GET {path}")
+    return [from_json(cls, item) for item in data]
 
 
 def _session_path(ref: str, action: str | None = None) -> str:
@@ -399,6 +500,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "QUIET_PIECE",
     "RECONNECT_WINDOW",
+    "REFINE_TIMEOUT",
     "STREAM_TIMEOUT",
     "DaemonClient",
 ]

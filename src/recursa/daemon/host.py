@@ -23,8 +23,14 @@ from recursa.protocol.wire import (
     CreateSession,
     DaemonStatus,
     Handle,
+    HarnessDetail,
+    HarnessEdit,
+    HarnessEntry,
+    HarnessPrompt,
+    HarnessReceipt,
     InboxMessage,
     Receipt,
+    RefineReply,
     SendMessage,
     SessionInfo,
     Spawn,
@@ -83,6 +89,58 @@ class Host(Protocol):
         Returns False on timeout. (``recursa run`` exits only then.)"""
         ...
 
+    # -- the Continual Harness (``recursa harness``, ``recursa refine``) --------------------
+    # ``ref`` names an entry by id, unique id prefix or title.
+
+    async def harness_list(
+        self, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        """The newest version of every entry (any session's), oldest entry first."""
+        ...
+
+    async def harness_show(self, ref: str) -> HarnessDetail:
+        """An entry's newest version, all its versions, and the one in force."""
+        ...
+
+    async def harness_log(self, limit: int) -> list[HarnessEntry]:
+        """The newest ``limit`` versions of all entries, newest first: the audit log."""
+        ...
+
+    async def harness_diff(self, ref: str, from_version: int | None, to_version: int | None) -> str:
+        """A unified diff between two versions (default: the newest and the one before)."""
+        ...
+
+    async def harness_revert(
+        self, ref: str, to_version: int, command: CommandKey | None
+    ) -> HarnessEntry:
+        """A new version equal to ``to_version`` (0: before the entry existed), by a
+        person. Idempotent by ``command``."""
+        ...
+
+    async def harness_approve(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        """Activate a proposed entry, by a person. UsageError unless it is proposed.
+        Idempotent by ``command``."""
+        ...
+
+    async def harness_reject(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        """Reject a proposed entry, by a person. Idempotent by ``command``."""
+        ...
+
+    async def harness_prompt(self, session: str) -> HarnessPrompt:
+        """Exactly the supplement the session's next model call gets, and its size."""
+        ...
+
+    async def refine(
+        self, session: str, instructions: str | None, command: CommandKey | None
+    ) -> RefineReply:
+        """Run a refinement over the session's recent events; its edits are staged
+        (and applied at once when the session is not running). Idempotent by ``command``."""
+        ...
+
 
 class KernelHost(Protocol):
     """What a kernel may ask, through ``/v1/kernel/...``. ``caller`` is the
@@ -125,6 +183,39 @@ class KernelHost(Protocol):
         """Take the messages queued for the caller (oldest first), waiting up to
         ``wait`` seconds for one when none is queued. Taken messages are not also
         put in the model's context: they are the cell's to use."""
+        ...
+
+    async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
+        """``harness.create/update/delete/rollback``: check the edit and stage it for
+        the caller's next turn boundary, as the model's. UsageError when it is wrong;
+        NotFound for an entry the caller cannot see."""
+        ...
+
+    async def visible_entries(
+        self, caller: str, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        """``harness.list``: the newest versions the caller can see (global entries
+        and its own local ones)."""
+        ...
+
+    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
+        """``harness.get``: the newest version of an entry the caller can see; NotFound
+        otherwise (one only staged so far says so)."""
+        ...
+
+    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
+        """``harness.history``: every version of an entry the caller can see, oldest first."""
+        ...
+
+    async def visible_diff(
+        self, caller: str, ref: str, from_version: int | None, to_version: int | None
+    ) -> str:
+        """``harness.diff``: a unified diff between two versions of an entry the caller can see."""
+        ...
+
+    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
+        """``refine.run``: a refinement over the caller's recent events; its edits are
+        staged for the caller's turn boundary."""
         ...
 
 

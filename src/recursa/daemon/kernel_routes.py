@@ -12,8 +12,18 @@ of :mod:`recursa.protocol.wire` as JSON::
     DELETE /kernel/subagents/{ref}                    → Handle
     POST   /kernel/messages              AgentMessage → [Receipt]
     POST   /kernel/inbox                 {"wait": seconds}  → [InboxMessage]  (a long poll)
+    POST   /kernel/harness/edits         HarnessEdit  → HarnessReceipt  201
+    GET    /kernel/harness/entries?kind=K&scope=S&status=S    → [HarnessEntry]
+    GET    /kernel/harness/entries/{entry}                    → HarnessEntry
+    GET    /kernel/harness/entries/{entry}/history            → [HarnessEntry]
+    GET    /kernel/harness/entries/{entry}/diff?from=V&to=V   → {"diff": text}
+    POST   /kernel/refine                RefineRequest → RefineReply
 
-``ref`` is one of the caller's children, by id or name. A long poll waits on
+``ref`` is one of the caller's children, by id or name. ``entry`` is a
+harness entry the caller can see (global, or local to it), by id, id prefix
+or title; it may contain slashes, so an entry whose title ends in
+``/history`` or ``/diff`` is reached by its id. Harness edits are staged for
+the caller's next turn boundary, always as the model's. A long poll waits on
 the host alone (:func:`~recursa.daemon.replies.long_poll`): the host's wait is
 cancelled when the kernel goes away (a cell interrupted mid-wait) or the
 daemon stops. Waits are bounded by
@@ -45,10 +55,13 @@ from recursa.daemon.replies import (
     seconds_field,
 )
 from recursa.errors import AuthError
+from recursa.protocol.harness import KINDS, SCOPES, STATUSES
 from recursa.protocol.wire import (
     API_PREFIX,
     AgentMessage,
     Budget,
+    HarnessEdit,
+    RefineRequest,
     Spawn,
     from_json,
     to_json,
@@ -67,6 +80,19 @@ def kernel_routes(host: KernelHost, stop: StopSignal) -> list[Route]:
         Route(f"{p}/subagents/{{ref}}", guarded(api.delete), methods=["DELETE"]),
         Route(f"{p}/messages", guarded(api.message), methods=["POST"]),
         Route(f"{p}/inbox", guarded(api.inbox), methods=["POST"]),
+        Route(f"{p}/harness/edits", guarded(api.harness_edit), methods=["POST"]),
+        Route(f"{p}/harness/entries", guarded(api.harness_entries), methods=["GET"]),
+        # The entry may hold slashes (a title): the routes with an action first.
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/history",
+            guarded(api.harness_history),
+            methods=["GET"],
+        ),
+        Route(
+            f"{p}/harness/entries/{{entry:path}}/diff", guarded(api.harness_diff), methods=["GET"]
+        ),
+        Route(f"{p}/harness/entries/{{entry:path}}", guarded(api.harness_entry), methods=["GET"]),
+        Route(f"{p}/refine", guarded(api.refine), methods=["POST"]),
     ]
 
 
@@ -111,6 +137,35 @@ class _KernelApi:
         messages = await long_poll(request, self._stop, self._host.inbox(caller, wait))
         return json_reply([to_json(message) for message in messages])
 
+    async def harness_edit(self, request: Request) -> Response:
+        caller = _caller(request)
+        edit = checked_edit(from_json(HarnessEdit, json_object(await read_json(request))))
+        return json_reply(to_json(await self._host.stage_edit(caller, edit)), status=201)
+
+    async def harness_entries(self, request: Request) -> Response:
+        kind, scope, status = harness_filters(request)
+        entries = await self._host.visible_entries(_caller(request), kind, scope, status)
+        return json_reply([to_json(entry) for entry in entries])
+
+    async def harness_entry(self, request: Request) -> Response:
+        entry = await self._host.visible_entry(_caller(request), entry_ref(request))
+        return json_reply(to_json(entry))
+
+    async def harness_history(self, request: Request) -> Response:
+        versions = await self._host.visible_history(_caller(request), entry_ref(request))
+        return json_reply([to_json(version) for version in versions])
+
+    async def harness_diff(self, request: Request) -> Response:
+        caller, ref = _caller(request), entry_ref(request)
+        old, new = version_param(request, "from"), version_param(request, "to")
+        return json_reply({"diff": await self._host.visible_diff(caller, ref, old, new)})
+
+    async def refine(self, request: Request) -> Response:
+        caller = _caller(request)
+        body = from_json(RefineRequest, json_object(await read_json(request, empty_ok=True)))
+        reply = await self._host.refine_caller(caller, instructions_of(body))
+        return json_reply(to_json(reply))
+
 
 def checked_spawn(spawn: Spawn) -> Spawn:
     """``spawn`` with its types checked (ValueError, one line) and numbers normalized."""
@@ -139,6 +194,70 @@ def checked_message(message: AgentMessage) -> AgentMessage:
     if not isinstance(message.to, str) or not message.to:
         raise ValueError('to must be "parent", "child:NAME", "sibling:NAME" or "all"')
     return message
+
+
+def checked_edit(edit: HarnessEdit) -> HarnessEdit:
+    """``edit`` with its types checked (ValueError, one line); what the values
+    mean (a skill's code, an update that changes nothing) is the harness's."""
+    if edit.op == "create":
+        if edit.entry is not None:
+            raise ValueError("a create names no entry (it gets a new id)")
+    elif not isinstance(edit.entry, str) or not edit.entry.strip():
+        raise ValueError(f"{edit.op} needs the entry: an id, id prefix or title")
+    for name in ("kind", "title", "content", "code", "scope"):
+        value = getattr(edit, name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string")
+    if edit.kind is not None and edit.kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {edit.kind!r}")
+    if edit.scope is not None and edit.scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {edit.scope!r}")
+    if edit.meta is not None and not isinstance(edit.meta, dict):
+        raise ValueError("meta must be an object")
+    version = edit.to_version
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ValueError("to_version must be a whole number")
+    for name in ("reason", "effect"):
+        if not isinstance(getattr(edit, name), str):
+            raise ValueError(f"{name} must be a string")
+    return edit
+
+
+def instructions_of(body: RefineRequest) -> str | None:
+    """A refinement's instructions: None, or a string (blank is None)."""
+    if body.instructions is None:
+        return None
+    if not isinstance(body.instructions, str):
+        raise ValueError("instructions must be a string")
+    return body.instructions if body.instructions.strip() else None
+
+
+def harness_filters(request: Request) -> tuple[str | None, str | None, str | None]:
+    """The ``kind``, ``scope`` and ``status`` query parameters, checked."""
+    found: list[str | None] = []
+    for name, allowed in (("kind", KINDS), ("scope", SCOPES), ("status", STATUSES)):
+        value = request.query_params.get(name) or None
+        if value is not None and value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        found.append(value)
+    return found[0], found[1], found[2]
+
+
+def version_param(request: Request, name: str) -> int | None:
+    """An optional version number from the query (0 or more)."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise ValueError(f"{name} must be a version number, not {raw!r}")
+    return int(raw)
+
+
+def entry_ref(request: Request) -> str:
+    ref = request.path_params["entry"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise ValueError("a harness entry id, id prefix or title is required")
+    return ref
 
 
 def _text(value: object, name: str) -> None:
@@ -173,4 +292,13 @@ def _ref(request: Request) -> str:
     return ref
 
 
-__all__ = ["checked_message", "checked_spawn", "kernel_routes"]
+__all__ = [
+    "checked_edit",
+    "checked_message",
+    "checked_spawn",
+    "entry_ref",
+    "harness_filters",
+    "instructions_of",
+    "kernel_routes",
+    "version_param",
+]

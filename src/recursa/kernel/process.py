@@ -347,6 +347,18 @@ class Kernel:
             await self._ensure_alive()
             await self._proc.silent(code, payload=json.dumps(values))
 
+    async def run_silent(self, code: str, *, payload: str | None = None) -> None:
+        """Run harness code in the kernel, silently (no output, history or
+        execution count): the session binds skills this way. ``payload`` is
+        read by the code as ``PAYLOAD_EXPR``. Any failure, an exception in the
+        code included, raises :class:`KernelError` (a dead kernel is restarted
+        first, as for :meth:`chdir`)."""
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            await self._ensure_alive()
+            await self._proc.silent(code, payload=payload)
+
     async def set_output(self, cell: int, text: str) -> None:
         """Set ``_out[cell] = text`` in the kernel, silently: no output, no
         history, no execution count. Used when the output shown to the model

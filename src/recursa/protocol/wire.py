@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args
 
 from recursa.protocol.events import PROTOCOL_VERSION, SessionStatus
+from recursa.protocol.harness import Action, Actor, EntryVersion, Kind, Scope, Status
 
 SendMode = Literal["auto", "steer", "follow_up"]
 ReceiptStatus = Literal["delivered", "queued"]
@@ -43,6 +44,8 @@ ErrorKind = Literal[
 ]
 
 StreamControl = Literal["heartbeat", "error", "shutdown"]
+EditOp = Literal["create", "update", "delete", "rollback"]
+"""What a kernel may ask of the harness (:class:`~recursa.protocol.harness.Edit`)."""
 
 HEADER_CLIENT = "Recursa-Client"
 HEADER_COMMAND = "Recursa-Command"
@@ -225,6 +228,142 @@ class CommandKey:
     command_id: str
 
 
+# --- the Continual Harness: entries for clients and kernels ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessEntry:
+    """One version of a harness entry (:class:`~recursa.protocol.harness.EntryVersion`)
+    as clients and kernels see it; ``id`` is the entry's id."""
+
+    id: str
+    version: int
+    kind: Kind
+    title: str
+    scope: Scope
+    status: Status
+    content: str
+    code: str | None
+    meta: dict[str, Any]
+    reason: str
+    effect: str
+    review: dict[str, Any] | None
+    created_at: float
+    session_id: str | None
+    action: Action
+    actor: Actor
+    source_events: tuple[int, ...] = ()
+    refinement_id: int | None = None
+
+    @classmethod
+    def of(cls, version: EntryVersion) -> HarnessEntry:
+        return cls(
+            id=version.entry_id,
+            version=version.version,
+            kind=version.kind,
+            title=version.title,
+            scope=version.scope,
+            status=version.status,
+            content=version.content,
+            code=version.code,
+            meta=dict(version.meta),
+            reason=version.reason,
+            effect=version.effect,
+            review=dict(version.review) if version.review is not None else None,
+            created_at=version.created_at,
+            session_id=version.session_id,
+            action=version.action,
+            actor=version.actor,
+            source_events=tuple(version.source_events),
+            refinement_id=version.refinement_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessDetail:
+    """``recursa harness show``: the newest version, every version oldest first,
+    and the number of the version in force (None: none is, e.g. still proposed)."""
+
+    entry: HarnessEntry
+    history: tuple[HarnessEntry, ...]
+    effective: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessPrompt:
+    """``recursa harness show --prompt``: exactly the supplement the session's
+    next model call gets after the base system prompt, and its size."""
+
+    session: str
+    text: str
+    tokens: int
+    chars: int
+    included: tuple[str, ...]
+    left_out: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessEdit:
+    """``harness.create/update/delete/rollback(...)`` from a kernel: staged for the
+    caller's next turn boundary. ``entry`` (an id, id prefix or title) names the
+    entry for every op but ``create``. The actor is always the model."""
+
+    op: EditOp
+    entry: str | None = None
+    kind: Kind | None = None
+    title: str | None = None
+    content: str | None = None
+    code: str | None = None
+    scope: Scope | None = None
+    meta: dict[str, Any] | None = None
+    to_version: int | None = None
+    reason: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessReceipt:
+    """A staged edit: the entry it is about (a create's new id), and when it applies."""
+
+    entry_id: str
+    op: EditOp
+    staged: int
+    applies: str
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessDecision:
+    """``recursa harness approve|reject ID --reason TEXT``."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessRevert:
+    """``recursa harness revert ID --to V``: ``to`` 0 is before the entry existed."""
+
+    to: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefineRequest:
+    """``recursa refine`` and ``refine.run()``: extra instructions for the refinement."""
+
+    instructions: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RefineReply:
+    """A refinement's outcome: the entries it staged edits for, and what it skipped."""
+
+    refinement_id: int
+    staged: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+HARNESS_OPS: tuple[EditOp, ...] = get_args(EditOp)
+
+
 @dataclass(frozen=True, slots=True)
 class WireError:
     kind: ErrorKind
@@ -246,7 +385,9 @@ def from_json(cls: type[T], data: object) -> T:
     missing or mistyped ones raise ``ValueError`` with one line."""
     if not isinstance(data, dict):
         raise ValueError(f"{cls.__name__}: expected a JSON object")
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in fields]
+    tuples = {f.name for f in fields if str(f.type).startswith("tuple[")}
     kwargs: dict[str, Any] = {}
     for name in names:
         if name not in data:
@@ -255,8 +396,10 @@ def from_json(cls: type[T], data: object) -> T:
         nested = _NESTED.get(name)
         if nested is not None and isinstance(value, dict):
             value = from_json(nested, value)
-        elif name == "children" and isinstance(value, list):
-            value = tuple(from_json(UsageNode, child) for child in value)
+        elif isinstance(value, list) and name in _NESTED_TUPLES:
+            value = tuple(from_json(_NESTED_TUPLES[name], item) for item in value)
+        elif isinstance(value, list) and name in tuples:
+            value = tuple(value)
         kwargs[name] = value
     try:
         built = cls(**kwargs)
@@ -266,10 +409,20 @@ def from_json(cls: type[T], data: object) -> T:
     return built
 
 
-_NESTED: dict[str, type[Any]] = {"usage": Usage, "own": Usage, "total": Usage, "budget": Budget}
+_NESTED: dict[str, type[Any]] = {
+    "usage": Usage,
+    "own": Usage,
+    "total": Usage,
+    "budget": Budget,
+    "entry": HarnessEntry,
+}
+_NESTED_TUPLES: dict[str, type[Any]] = {"children": UsageNode, "history": HarnessEntry}
+"""Fields holding a list of wire values (a JSON array becomes a tuple)."""
 
 
 def _check_literals(value: object) -> None:
+    if isinstance(value, HarnessEdit) and value.op not in HARNESS_OPS:
+        raise ValueError(f"op must be one of {', '.join(HARNESS_OPS)}, not {value.op!r}")
     if isinstance(value, SendMessage | AgentMessage) and value.mode not in get_args(SendMode):
         raise ValueError(f"mode must be one of {', '.join(get_args(SendMode))}, not {value.mode!r}")
     if isinstance(value, SendMessage | CreateSession):
@@ -285,6 +438,7 @@ def error_body(kind: ErrorKind, message: str) -> dict[str, Any]:
 __all__ = [
     "API_PREFIX",
     "ERROR_STATUS",
+    "HARNESS_OPS",
     "HEADER_CLIENT",
     "HEADER_COMMAND",
     "HEARTBEAT_SECONDS",
@@ -294,12 +448,22 @@ __all__ = [
     "CommandKey",
     "CreateSession",
     "DaemonStatus",
+    "EditOp",
     "ErrorKind",
     "Handle",
+    "HarnessDecision",
+    "HarnessDetail",
+    "HarnessEdit",
+    "HarnessEntry",
+    "HarnessPrompt",
+    "HarnessReceipt",
+    "HarnessRevert",
     "InboxMessage",
     "MessageTarget",
     "Receipt",
     "ReceiptStatus",
+    "RefineReply",
+    "RefineRequest",
     "SendMessage",
     "SendMode",
     "SessionInfo",

@@ -26,17 +26,25 @@ from pathlib import Path
 
 from recursa import __version__
 from recursa.config import Config, Limits
-from recursa.errors import UncertainCommand, UsageError
+from recursa.errors import NotFound, UncertainCommand, UsageError
+from recursa.harness.entries import reason_text
 from recursa.protocol.events import PROTOCOL_VERSION, EventRecord
+from recursa.protocol.harness import Edit, EntryVersion, Provenance
 from recursa.protocol.wire import (
     AgentMessage,
     CommandKey,
     CreateSession,
     DaemonStatus,
     Handle,
+    HarnessDetail,
+    HarnessEdit,
+    HarnessEntry,
+    HarnessPrompt,
+    HarnessReceipt,
     InboxMessage,
     Receipt,
     ReceiptStatus,
+    RefineReply,
     SendMessage,
     SessionInfo,
     Spawn,
@@ -265,6 +273,167 @@ class RuntimeHost:
 
     async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
         return await self.runtime.tree.inbox(caller, wait)
+
+    # ------------------------------------------------- the Continual Harness
+
+    async def harness_list(
+        self, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        entries = self.runtime.learning.harness.entries(kind=kind, scope=scope, status=status)
+        return [HarnessEntry.of(entry) for entry in entries]
+
+    async def harness_show(self, ref: str) -> HarnessDetail:
+        harness = self.runtime.learning.harness
+        current = harness.find(ref)
+        history = self.store.harness.history(current.entry_id)
+        effective = harness.effective(current.entry_id)
+        return HarnessDetail(
+            entry=HarnessEntry.of(current),
+            history=tuple(HarnessEntry.of(version) for version in history),
+            effective=None if effective is None else effective.version,
+        )
+
+    async def harness_log(self, limit: int) -> list[HarnessEntry]:
+        return [HarnessEntry.of(version) for version in self.store.harness.log(limit)]
+
+    async def harness_diff(self, ref: str, from_version: int | None, to_version: int | None) -> str:
+        return self.runtime.learning.harness.diff(ref, from_version, to_version)
+
+    async def harness_revert(
+        self, ref: str, to_version: int, command: CommandKey | None
+    ) -> HarnessEntry:
+        harness = self.runtime.learning.harness
+        return self._once(command, "harness_revert", lambda: harness.revert(ref, to_version))
+
+    async def harness_approve(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        harness = self.runtime.learning.harness
+        checked = reason_text(reason)
+        return self._once(command, "harness_approve", lambda: harness.approve(ref, checked))
+
+    async def harness_reject(
+        self, ref: str, reason: str, command: CommandKey | None
+    ) -> HarnessEntry:
+        harness = self.runtime.learning.harness
+        checked = reason_text(reason)
+        return self._once(command, "harness_reject", lambda: harness.reject(ref, checked))
+
+    def _once(
+        self, command: CommandKey | None, kind: str, change: Callable[[], EntryVersion]
+    ) -> HarnessEntry:
+        """A person's harness change, run once per command: the ledger entry and
+        the version it writes are one transaction, so it is never left uncertain."""
+        with self.store.transaction():
+            seen = self._replayed(command, kind)
+            if seen is not None:
+                return from_json(HarnessEntry, seen)
+            entry = HarnessEntry.of(change())
+            self._finish(command, to_json(entry))
+        return entry
+
+    async def harness_prompt(self, session: str) -> HarnessPrompt:
+        row = self.store.session(session)
+        supplement = self.runtime.learning.supplement(row.id)
+        return HarnessPrompt(
+            session=row.id,
+            text=supplement.text,
+            tokens=supplement.tokens,
+            chars=len(supplement.text),
+            included=tuple(supplement.included),
+            left_out=tuple(supplement.left_out),
+        )
+
+    async def refine(
+        self, session: str, instructions: str | None, command: CommandKey | None
+    ) -> RefineReply:
+        row = self.store.session(session)
+        seen = self._replayed(command, "refine")
+        if seen is not None:
+            return from_json(RefineReply, seen)
+        reply = await self._refine(row.id, instructions)
+        self._finish(command, to_json(reply))
+        return reply
+
+    async def _refine(self, session_id: str, instructions: str | None) -> RefineReply:
+        if self.store.session(session_id).status == "deleted":
+            raise UsageError(f"session {session_id} was deleted")
+        result = await self.runtime.learning.refine(session_id, instructions)
+        return RefineReply(result.refinement_id, result.staged, result.problems)
+
+    # --------------------------------------------- the harness, from a kernel
+
+    async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
+        # The evidence of a model's edit: the caller's latest event when it asked
+        # (the cell that made it has started by then).
+        last = self.store.last_seq(caller)
+        staged = Edit(
+            op=edit.op,
+            entry_id=edit.entry or "",
+            kind=edit.kind,
+            title=edit.title,
+            content=edit.content,
+            code=edit.code,
+            scope=edit.scope,
+            meta=edit.meta,
+            to_version=edit.to_version,
+            provenance=Provenance(
+                reason=reason_text(edit.reason),
+                effect=reason_text(edit.effect),
+                source_events=(last,) if last else (),
+            ),
+            actor="model",
+        )
+        if edit.op != "create":
+            self._visible(caller, edit.entry or "")  # a staged-only entry says so
+        receipt = self.runtime.learning.harness.stage(caller, staged)
+        staged_id = receipt["staged"]
+        return HarnessReceipt(
+            entry_id=str(receipt["entry_id"]),
+            op=edit.op,
+            staged=staged_id if isinstance(staged_id, int) else 0,
+            applies=str(receipt["applies"]),
+        )
+
+    async def visible_entries(
+        self, caller: str, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        harness = self.runtime.learning.harness
+        entries = harness.entries(session_id=caller, kind=kind, scope=scope, status=status)
+        return [HarnessEntry.of(entry) for entry in entries]
+
+    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
+        return HarnessEntry.of(self._visible(caller, ref))
+
+    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
+        entry = self._visible(caller, ref)
+        return [HarnessEntry.of(version) for version in self.store.harness.history(entry.entry_id)]
+
+    async def visible_diff(
+        self, caller: str, ref: str, from_version: int | None, to_version: int | None
+    ) -> str:
+        entry = self._visible(caller, ref)
+        return self.runtime.learning.harness.diff(entry.entry_id, from_version, to_version)
+
+    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
+        return await self._refine(caller, instructions)
+
+    def _visible(self, caller: str, ref: str) -> EntryVersion:
+        """The entry ``caller`` can see by ``ref``; NotFound otherwise, saying when
+        it is only staged so far (an edit applies when the turn ends)."""
+        try:
+            return self.runtime.learning.harness.visible(caller, ref)
+        except NotFound:
+            for staged in self.store.harness.staged(caller):
+                edit = staged.edit
+                if ref in (edit.entry_id, edit.title) or (
+                    len(ref) >= 4 and edit.entry_id.startswith(ref)
+                ):
+                    raise NotFound(
+                        f"no harness entry {ref!r} yet: it is staged, and applies when this"
+                        " turn ends"
+                    ) from None
+            raise
 
     # ------------------------------------------------------------------- stop
 

@@ -36,6 +36,7 @@ from recursa.models.registry import Providers, parse_ref
 from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
 from recursa.protocol.events import SessionCreated, TurnEnded
 from recursa.runtime.gate import KernelGate
+from recursa.runtime.learning import Learning
 from recursa.runtime.tree import Pulse, Tree, display_name
 from recursa.session import Session, SessionDeps
 from recursa.store import DB_FILE_NAME, SessionRow, Store
@@ -71,9 +72,13 @@ class Runtime:
         self._chains: dict[str, tuple[Limit, ...]] = {}
         self.api_socket: Path | None = None
         """Where kernels reach the kernel API (set by whoever serves it)."""
-        self.gate = KernelGate(kernels, config.sessions.max_kernels, lambda: self.sessions)
+        self.gate = KernelGate(
+            kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
+        )
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
         self.tree = Tree(self, clock=clock)
+        self.learning = Learning(self)
+        """The Continual Harness, with models, sessions and kernels (:mod:`recursa.runtime.learning`)."""
 
     @classmethod
     async def open(
@@ -163,6 +168,8 @@ class Runtime:
         when this runtime has not used it yet. Raises ``NotFound``."""
         session = self._sessions.get(session_id)
         if session is None:
+            if self._closed:
+                raise RuntimeError("the runtime is closed")
             row = self.store.session(session_id)
             session = self._build(row)
             session.replay()
@@ -242,8 +249,11 @@ class Runtime:
             admit=admit,
             settle=settle,
             kernel_env=kernel_env,
-            on_turn_end=self._report_to_parent if row.parent_id else None,
+            on_turn_end=self._turn_ended,
+            prestart_kernel=row.parent_id is None,
             on_activity=self.pulse.notify,
+            supplement=lambda: self.learning.supplement(row.id).text,
+            prelude=lambda: self.learning.prelude(row.id),
         )
         session = Session(row.id, Path(row.cwd), deps)
         session.status = row.status
@@ -281,6 +291,15 @@ class Runtime:
         self._chains[session_id] = chain
         return chain
 
+    def _turn_ended(self, session: Session, ended: TurnEnded) -> None:
+        """At every turn's end, in the transaction that records it: the harness's
+        staged edits are applied, and a sub-agent's end goes to its parent."""
+        try:
+            self.learning.turn_ended(session)
+        except Exception:  # the harness must not keep the answer from the parent
+            log.exception("session %s: applying harness edits failed", session.id)
+        self._report_to_parent(session, ended)
+
     def _report_to_parent(self, child: Session, ended: TurnEnded) -> None:
         """A sub-agent's turn ended: its answer (or why it stopped) goes to its parent."""
         row = self.store.session(child.id)
@@ -294,6 +313,13 @@ class Runtime:
             text = f"sub-agent {who} finished: {ended.answer}"
         else:
             text = f"sub-agent {who} stopped ({ended.reason}): {ended.detail}"
+        if self._closed:
+            # Closing: store it for the parent, which takes it when it next runs
+            # (a session built now would start a turn during shutdown).
+            self.store.inbox.enqueue(
+                parent_row.id, text, source="child", mode="auto", sender=row.id, kind="answer"
+            )
+            return
         self.get(parent_row.id).send(
             text, mode="auto", source="child", sender=row.id, kind="answer"
         )
@@ -362,6 +388,10 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        try:
+            await self.learning.aclose()
+        except Exception:
+            log.exception("cancelling harness reviews failed")
         sessions, self._sessions = list(self._sessions.values()), {}
         results = await asyncio.gather(
             *(s.close(snapshot=snapshot) for s in sessions), return_exceptions=True

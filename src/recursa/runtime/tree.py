@@ -22,7 +22,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,13 +111,13 @@ class Tree:
                 f"sub-agents nest at most {limit} deep and this session is at depth {depth - 1}: "
                 "do the work here (the limit is [agents] max_depth)"
             )
-        if request.spec is not None:
-            raise UsageError(f"no sub-agent spec named {request.spec!r}")
         if not isinstance(request.task, str) or not request.task.strip():
             raise UsageError("rlm() needs a task: a non-empty string")
+        meta: dict[str, object] = {"depth": depth}
+        if request.spec is not None:
+            request = self._apply_spec(caller, request, meta)
         model = request.model or parent.model
         self.runtime.providers.info(model)  # an unknown model fails here, before any write
-        meta: dict[str, object] = {"depth": depth}
         qualified = None
         if request.name is not None:
             try:
@@ -153,6 +153,24 @@ class Tree:
         child.wake()
         self.pulse.notify()
         return self.handle(row)
+
+    def _apply_spec(self, caller: str, request: Spawn, meta: dict[str, object]) -> Spawn:
+        """``rlm(task, spec=NAME)``: the active sub-agent spec the caller sees
+        gives the child its role (instructions in its prompt), and a model and
+        a budget where the call names none."""
+        learning = self.runtime.learning
+        spec = learning.harness.spec(caller, str(request.spec), learning.lineage(caller))
+        meta["spec"] = {"entry_id": spec.entry_id, "version": spec.version, "title": spec.title}
+        meta["role"] = spec.content
+        model = request.model
+        if model is None and isinstance(spec.meta.get("model"), str):
+            model = str(spec.meta["model"])
+        budget = request.budget
+        wanted = spec.meta.get("budget")
+        if budget is None and isinstance(wanted, dict):
+            fields = {k: v for k, v in wanted.items() if k in Budget.__dataclass_fields__}
+            budget = Budget(**fields)
+        return replace(request, model=model, budget=budget)
 
     def _exists(self, name: str) -> bool:
         try:

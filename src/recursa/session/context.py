@@ -20,7 +20,9 @@ You work in a persistent IPython kernel through one tool, python, which runs a c
 Variables, imports and files persist between cells. Start a cell with %%bash for shell commands; top-level await works. \
 Long outputs are shortened; the full text of cell n is then in _out[n].
 Find things out by running code rather than guessing. When the task is done, reply without a tool call: \
-that reply is your final answer, so make it complete and direct."""
+that reply is your final answer, so make it complete and direct.
+Also in the kernel (async; help(name) explains): rlm starts sub-agents that run on their own, \
+agent_message talks to other agents, harness keeps notes, memories and skills for later turns."""
 
 FENCED_PROMPT = """\
 You solve tasks by running Python code in a persistent Python session: \

@@ -58,6 +58,9 @@ class SlotDeps:
     limits: Limits
     snapshot_max_bytes: int
     kernel_env: Callable[[], Mapping[str, str]] | None = None
+    prelude: Callable[[], tuple[str, str] | None] | None = None
+    """``(digest, code)`` to run silently in the kernel before a cell whenever
+    the digest changed or the kernel is new (the harness's skills), or None."""
 
 
 class KernelSlot:
@@ -68,6 +71,8 @@ class KernelSlot:
         self.deps = deps
         self._task: asyncio.Task[Kernel] | None = None
         self._dirty = False
+        self._bound: tuple[int, int, str] | None = None
+        self._unloading: asyncio.Future[None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -119,12 +124,31 @@ class KernelSlot:
             return kernel
 
         self._task = asyncio.create_task(attached())
+        self._dirty = True  # cells may have run after its last snapshot
         self.deps.record(
             KernelStatus(
                 state="reattached", detail=f"kernel pid {row.pid} survived; its variables are kept"
             )
         )
         return True
+
+    async def _run_prelude(self, kernel: Kernel) -> None:
+        """Bind what the harness gives every kernel (skills) when it changed or
+        the kernel is new. A failure is a notice, never the model's cell."""
+        if self.deps.prelude is None:
+            return
+        prelude = self.deps.prelude()
+        if prelude is None:
+            return
+        digest, code = prelude
+        key = (id(kernel), kernel.restarts, digest)
+        if key == self._bound:
+            return
+        try:
+            await kernel.run_silent(code)
+        except KernelError as exc:
+            self.deps.record(Notice(level="warning", text=f"skills not bound: {exc}"))
+        self._bound = key
 
     def _remember(self, kernel: Kernel) -> None:
         if kernel.pid is not None:
@@ -142,6 +166,7 @@ class KernelSlot:
         cell is recorded as interrupted, with what it printed, and the
         cancellation goes on."""
         kernel = await self.kernel()
+        await self._run_prelude(kernel)
         parts: list[OutputPart] = []
 
         def stream(part: OutputPart) -> None:
@@ -242,16 +267,24 @@ class KernelSlot:
     # -------------------------------------------------------------- stopping
 
     async def unload(self) -> None:
-        """Snapshot the namespace and stop the kernel (the session goes inactive)."""
+        """Snapshot the namespace (when cells ran since the last snapshot) and
+        stop the kernel (the session goes inactive). Once begun it finishes even
+        if the caller is cancelled (a session being closed that asked another to
+        make room): a kernel half unloaded would belong to nobody."""
         task, self._task = self._task, None
         if task is None:
             return
+        unloading = asyncio.ensure_future(self._unload(task))
+        self._unloading = unloading
+        await asyncio.shield(unloading)
+
+    async def _unload(self, task: asyncio.Task[Kernel]) -> None:
         try:
             kernel = await task
         except (KernelError, asyncio.CancelledError):
             return
-        self._dirty = True  # an unload always leaves a fresh snapshot
-        await self._snapshot(kernel)
+        if self._dirty:
+            await self._snapshot(kernel)
         await kernel.shutdown()
         self.deps.kernels.release()
         self.deps.store.kernels.forget(self.session_id)
@@ -259,8 +292,19 @@ class KernelSlot:
             KernelStatus(state="stopped", detail="unloaded; the namespace is in the snapshot")
         )
 
+    @property
+    def ready(self) -> bool:
+        """A kernel is running and ready (not starting, not failed)."""
+        task = self._task
+        return (
+            task is not None and task.done() and not task.cancelled() and task.exception() is None
+        )
+
     async def close(self) -> None:
-        """Shut the kernel down without a snapshot (the last checkpoint stays)."""
+        """Shut the kernel down without a snapshot (the last checkpoint stays);
+        an unload under way is let finish."""
+        if self._unloading is not None:
+            await asyncio.gather(self._unloading, return_exceptions=True)
         task, self._task = self._task, None
         if task is None:
             return

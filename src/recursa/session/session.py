@@ -99,6 +99,16 @@ class SessionDeps:
     """Called after every turn ends (the runtime tells a sub-agent's parent)."""
     on_activity: Callable[[], None] = lambda: None
     """Called when the session starts or stops working, or a message arrives."""
+    supplement: Callable[[], str] | None = None
+    """The supplemental prompt (harness state), read at the start of every turn
+    so that edits applied at a turn boundary shape the next turn, never the
+    running one."""
+    prestart_kernel: bool = True
+    """Start getting a kernel as a turn begins (a root session: its first cell
+    then finds it ready); False: on the first cell (sub-agents, many of which
+    never run one)."""
+    prelude: Callable[[], tuple[str, str] | None] | None = None
+    """What the kernel runs silently before cells (skills): see SlotDeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +137,8 @@ class Session:
         self.idle_since = deps.clock()
         """When the session last went idle, by the runtime's (monotonic) clock."""
         self._conversation = Conversation(fenced=self.fenced)
-        self._system = system_prompt(
-            FENCED_PROMPT if self.fenced else BASE_PROMPT, find_context_files(cwd), deps.supplements
-        )
+        self._context_files = find_context_files(cwd)
+        self._system = self._build_system()
         self._slot = KernelSlot(
             session_id,
             cwd,
@@ -141,6 +150,7 @@ class Session:
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
                 kernel_env=deps.kernel_env,
+                prelude=deps.prelude,
             ),
         )
         self._listeners: list[Callable[[EventRecord], None]] = []
@@ -254,6 +264,15 @@ class Session:
         """A worker is taking inputs (a turn runs or is about to)."""
         return self._worker is not None and not self._worker.done()
 
+    def _prestart(self) -> None:
+        if self.deps.prestart_kernel:
+            self._slot.prestart()
+
+    @property
+    def kernel_ready(self) -> bool:
+        """The session holds a running kernel (not one still starting)."""
+        return self._slot.ready
+
     @property
     def loaded(self) -> bool:
         """The session has a kernel (or is getting one)."""
@@ -353,7 +372,7 @@ class Session:
         try:
             if resume is not None:
                 self._set_status("running")
-                self._slot.prestart()
+                self._prestart()
                 await self._turn(resume.turn, resume=True)
                 await self._checkpoint()
             while not (self._closed or self._interrupting):
@@ -361,7 +380,7 @@ class Session:
                 if not pending:
                     break
                 self._set_status("running")
-                self._slot.prestart()
+                self._prestart()
                 self._steer_waiting = False
                 for record in self.deps.store.inbox.deliver(pending):
                     self._publish(record)
@@ -385,6 +404,7 @@ class Session:
         if cut_turn is None:
             self._turns += 1
         turn = self._turns if cut_turn is None else cut_turn
+        self._system = self._build_system()
         hooks = TurnHooks(
             model=self._call_model,
             request=self._request,
@@ -430,6 +450,18 @@ class Session:
         if ended is None:  # the loop's contract says this cannot happen; say so if it does
             detail = "the turn ended without a reason"
             self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
+
+    def _build_system(self) -> str:
+        """The base prompt, the context files, the runtime's fixed supplements,
+        then the harness's supplemental prompt as it is now."""
+        supplements = list(self.deps.supplements)
+        if self.deps.supplement is not None:
+            try:
+                supplements.append(self.deps.supplement())
+            except Exception:  # the harness must not stop the session
+                log.exception("session %s: building the supplemental prompt failed", self.id)
+        base = FENCED_PROMPT if self.fenced else BASE_PROMPT
+        return system_prompt(base, self._context_files, supplements)
 
     def _end(self, ended: TurnEnded) -> None:
         """Record the turn's end and run the turn-end hook in one transaction:

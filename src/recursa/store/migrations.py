@@ -224,6 +224,74 @@ def m_agents(conn: sqlite3.Connection) -> None:
     )
 
 
+@_migration(4)
+def m_harness(conn: sqlite3.Connection) -> None:
+    """The Continual Harness: every version of every entry (a row each, never
+    changed), the edits staged for a session's next turn boundary, and the
+    refinements that proposed some of them."""
+    _run(
+        conn,
+        (
+            """
+            CREATE TABLE harness_entries (
+                entry_id       TEXT NOT NULL,
+                version        INTEGER NOT NULL,
+                kind           TEXT NOT NULL,
+                title          TEXT NOT NULL,
+                scope          TEXT NOT NULL,
+                status         TEXT NOT NULL,
+                content        TEXT NOT NULL,
+                code           TEXT,
+                meta           TEXT NOT NULL DEFAULT '{}',
+                session_id     TEXT REFERENCES sessions(id),
+                action         TEXT NOT NULL,
+                actor          TEXT NOT NULL,
+                reason         TEXT NOT NULL DEFAULT '',
+                effect         TEXT NOT NULL DEFAULT '',
+                source_events  TEXT NOT NULL DEFAULT '[]',
+                refinement_id  INTEGER,
+                review         TEXT,
+                created_at     REAL NOT NULL,
+                PRIMARY KEY (entry_id, version)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX harness_entries_title ON harness_entries(kind, title)",
+            # Versions are history: never changed, never deleted.
+            """
+            CREATE TRIGGER harness_entries_no_update BEFORE UPDATE ON harness_entries
+            BEGIN SELECT RAISE(ABORT, 'harness versions are append-only'); END
+            """,
+            """
+            CREATE TRIGGER harness_entries_no_delete BEFORE DELETE ON harness_entries
+            BEGIN SELECT RAISE(ABORT, 'harness versions are append-only'); END
+            """,
+            """
+            CREATE TABLE harness_edits (
+                id          INTEGER PRIMARY KEY,
+                session_id  TEXT NOT NULL REFERENCES sessions(id),
+                edit        TEXT NOT NULL,
+                created_at  REAL NOT NULL,
+                applied_at  REAL,
+                result      TEXT
+            )
+            """,
+            "CREATE INDEX harness_edits_pending ON harness_edits(session_id) WHERE applied_at IS NULL",
+            """
+            CREATE TABLE refinements (
+                id            INTEGER PRIMARY KEY,
+                session_id    TEXT NOT NULL REFERENCES sessions(id),
+                instructions  TEXT,
+                status        TEXT NOT NULL,
+                proposals     TEXT NOT NULL DEFAULT '[]',
+                detail        TEXT NOT NULL DEFAULT '',
+                created_at    REAL NOT NULL,
+                finished_at   REAL
+            )
+            """,
+        ),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = tuple(_REGISTRY)
 """Every migration this recursa knows, in version order."""
 

@@ -50,6 +50,7 @@ from recursa.protocol.events import (
 )
 from recursa.store import sessions as session_table
 from recursa.store.db import connect, one_line, translated
+from recursa.store.harness import HarnessTables
 from recursa.store.inbox import Inbox
 from recursa.store.ledger import Commands, KernelRecords, KernelTokens
 from recursa.store.migrations import migrate
@@ -98,6 +99,8 @@ class Store:
         self.kernels = KernelRecords(self)
         """Each session's kernel process, for reattaching after a crash."""
         self.tokens = KernelTokens(self)
+        self.harness = HarnessTables(self)
+        """Harness entry versions, staged edits, refinements (:mod:`recursa.store.harness`)."""
         """The tokens kernels speak to the daemon with (hashes only)."""
 
     # -- lifecycle ---------------------------------------------------------

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from recursa.config import AgentsConfig, Limits, SessionsConfig, load_config
+from recursa.config import AgentsConfig, HarnessConfig, Limits, SessionsConfig, load_config
 from recursa.daemon.embedded import serve_embedded
 from recursa.runtime import Runtime
 from recursa.runtime.host import RuntimeHost
@@ -40,6 +40,7 @@ async def make_runtime(
     clock: Callable[[], float] | None = None,
     sessions: SessionsConfig | None = None,
     agents: AgentsConfig | None = None,
+    harness: HarnessConfig | None = None,
     api: bool = True,
 ) -> AsyncIterator[Runtime]:
     """A Runtime whose RECURSA_HOME is ``home``; closed (kernels and all) on exit.
@@ -48,7 +49,7 @@ async def make_runtime(
     Retries sleep through ``retry_sleep`` (a fresh :class:`RecordingSleep` by
     default, reachable as ``runtime.retry_sleep``); ``clock`` replaces the
     monotonic clock (idle unloading, limits); ``sessions`` and ``agents`` the
-    lifecycle and sub-agent settings. With ``api`` (the default) the kernel-side
+    lifecycle and sub-agent settings; ``harness`` the review gate. With ``api`` (the default) the kernel-side
     API is served in-process, so kernels can use ``rlm`` and ``agent_message``.
     """
     config = load_config(overrides={"RECURSA_HOME": str(home), **(env or {})})
@@ -58,6 +59,8 @@ async def make_runtime(
         config = replace(config, sessions=sessions)
     if agents is not None:
         config = replace(config, agents=agents)
+    if harness is not None:
+        config = replace(config, harness=harness)
     sleep = retry_sleep or RecordingSleep()
     runtime = await Runtime.open(
         config, warm_kernels=warm_kernels, retry_sleep=sleep, clock=clock or time.monotonic

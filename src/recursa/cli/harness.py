@@ -1,0 +1,282 @@
+"""``recursa harness list | show | log | diff | revert | approve | reject`` and
+``recursa refine``: the Continual Harness, for a person.
+
+Entries are named by id, a unique id prefix, or title; sessions by id, id
+prefix or name. Every change a person makes is a new version (actor
+``human``); nothing is erased. Like the session commands, these talk to the
+daemon and start one when none runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+from recursa.cli import app
+from recursa.cli.render import printable
+from recursa.config import environment, load_config
+from recursa.daemon import process
+from recursa.daemon.client import DaemonClient
+from recursa.errors import UsageError
+from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
+
+harness_app = typer.Typer(
+    help="The Continual Harness: what sessions learned (notes, memories, skills, specs).",
+    no_args_is_help=True,
+)
+app.add_typer(harness_app, name="harness")
+
+LOG_LIMIT = 50
+SHORT_HISTORY = 10
+"""Versions ``harness show`` lists (the newest ones); ``--json`` has them all."""
+
+T = TypeVar("T")
+
+EntryArg = Annotated[str, typer.Argument(help="Entry id, id prefix or title.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
+
+
+def _with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
+    async def go() -> T:
+        config = load_config()
+        await process.ensure_running(config.home, env=environment())
+        async with DaemonClient(config.home) as client:
+            return await work(client)
+
+    return asyncio.run(go())
+
+
+def _dump(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def _title(text: str, width: int = 40) -> str:
+    line = printable(text).replace("\n", " ")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+@harness_app.command("list")
+def list_entries(
+    scope: Annotated[str | None, typer.Option(help="local or global.")] = None,
+    kind: Annotated[
+        str | None, typer.Option(help="prompt_note, memory, skill or subagent_spec.")
+    ] = None,
+    status: Annotated[
+        str | None, typer.Option(help="proposed, active, rejected, rolled_back or deleted.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Every entry's newest version: id, kind, title, scope, status, version."""
+    entries = _with_client(lambda c: c.harness_list(kind=kind, scope=scope, status=status))
+    if json_out:
+        _dump([to_json(entry) for entry in entries])
+        return
+    if not entries:
+        print("no harness entries", file=sys.stderr)
+        return
+    rows = [(e.id, e.kind, _title(e.title), e.scope, e.status, f"v{e.version}") for e in entries]
+    header = ("ID", "KIND", "TITLE", "SCOPE", "STATUS", "VERSION")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+@harness_app.command("show")
+def show(
+    entry: Annotated[str | None, typer.Argument(help="Entry id, id prefix or title.")] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt",
+            metavar="SESSION",
+            help="Instead: the supplement injected into SESSION's next model call.",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """An entry's newest version in full and its recent history; or, with
+    --prompt SESSION, exactly what the harness adds to that session's next call."""
+    if (entry is None) == (prompt is None):
+        raise UsageError("give an entry, or --prompt SESSION (not both)")
+    if prompt is not None:
+        _show_prompt(_with_client(lambda c: c.harness_prompt(prompt)), json_out)
+        return
+    assert entry is not None
+    detail = _with_client(lambda c: c.harness_show(entry))
+    if json_out:
+        _dump(to_json(detail))
+        return
+    _print_detail(detail)
+
+
+def _show_prompt(found: HarnessPrompt, json_out: bool) -> None:
+    if json_out:
+        _dump(to_json(found))
+        return
+    if not found.text:
+        print(f"nothing from the harness applies to {found.session}", file=sys.stderr)
+        return
+    sys.stdout.write(printable(found.text))
+    if not found.text.endswith("\n"):
+        sys.stdout.write("\n")
+    left = f"; {len(found.left_out)} left out (too long)" if found.left_out else ""
+    print(
+        f"── {found.session}: ~{found.tokens} tokens ({found.chars} chars), "
+        f"{len(found.included)} entries{left}",
+        file=sys.stderr,
+    )
+
+
+def _print_detail(detail: HarnessDetail) -> None:
+    e = detail.entry
+    force = f"v{detail.effective}" if detail.effective is not None else "none"
+    print(f"{e.id} v{e.version}  {e.kind}  {printable(e.title)}")
+    print(f"scope: {e.scope}  status: {e.status}  in force: {force}")
+    print(f"by: {e.actor} ({e.action}) at {_when(e.created_at)}  session: {e.session_id or '-'}")
+    for label, value in (("reason", e.reason), ("effect", e.effect)):
+        if value:
+            print(f"{label}: {printable(value)}")
+    if e.review:
+        print(f"review: {printable(json.dumps(e.review, ensure_ascii=False))}")
+    if e.meta:
+        print(f"meta: {printable(json.dumps(e.meta, ensure_ascii=False))}")
+    if e.content:
+        print()
+        print(printable(e.content).rstrip("\n"))
+    if e.code is not None:
+        print()
+        print("--- code ---")
+        print(printable(e.code).rstrip("\n"))
+    print()
+    shown = detail.history[-SHORT_HISTORY:]
+    hidden = len(detail.history) - len(shown)
+    print(
+        f"history ({len(detail.history)} versions{f', {hidden} older not shown' if hidden else ''}):"
+    )
+    for version in shown:
+        print("  " + _log_line(version, with_entry=False))
+
+
+@harness_app.command("log")
+def log(
+    limit: Annotated[int, typer.Option(help="How many versions, newest first.", min=1)] = LOG_LIMIT,
+    json_out: JsonOpt = False,
+) -> None:
+    """What changed, when, by whom, why, and from which evidence (newest first)."""
+    versions = _with_client(lambda c: c.harness_log(limit))
+    if json_out:
+        _dump([to_json(version) for version in versions])
+        return
+    if not versions:
+        print("no harness changes yet", file=sys.stderr)
+        return
+    for version in versions:
+        print(_log_line(version, with_entry=True))
+
+
+def _log_line(v: HarnessEntry, *, with_entry: bool) -> str:
+    who = f"{v.id} {v.kind} {_title(v.title, 30)} " if with_entry else ""
+    parts = [f"{_when(v.created_at)}  {who}v{v.version}  {v.action:<8} {v.actor:<8} {v.status}"]
+    if v.reason:
+        parts.append(f"— {_title(v.reason, 80)}")
+    evidence = []
+    if v.source_events:
+        seqs = ",".join(str(seq) for seq in v.source_events[-5:])
+        more = f" (last 5 of {len(v.source_events)})" if len(v.source_events) > 5 else ""
+        evidence.append(f"events {seqs}{more}")
+    if v.refinement_id is not None:
+        evidence.append(f"refinement {v.refinement_id}")
+    if v.session_id:
+        evidence.append(f"session {v.session_id}")
+    if evidence:
+        parts.append(f"[{'; '.join(evidence)}]")
+    return "  ".join(parts)
+
+
+@harness_app.command("diff")
+def diff(
+    entry: EntryArg,
+    from_version: Annotated[
+        int | None, typer.Option("--from", help="The older version (default: the one before).")
+    ] = None,
+    to_version: Annotated[
+        int | None, typer.Option("--to", help="The newer version (default: the newest).")
+    ] = None,
+) -> None:
+    """A unified diff between two versions of an entry."""
+    text = _with_client(lambda c: c.harness_diff(entry, from_version, to_version))
+    if not text:
+        print("no differences", file=sys.stderr)
+        return
+    sys.stdout.write(printable(text))
+
+
+# -- changing -------------------------------------------------------------------------------
+
+
+@harness_app.command("revert")
+def revert(
+    entry: EntryArg,
+    to: Annotated[int, typer.Option("--to", help="The version to bring back (0: none).", min=0)],
+) -> None:
+    """Write a new version equal to an old one (0: before the entry existed)."""
+    written = _with_client(lambda c: c.harness_revert(entry, to))
+    print(f"{written.id} v{written.version}: {written.status} (reverted to v{to})")
+
+
+@harness_app.command("approve")
+def approve(
+    entry: EntryArg,
+    reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
+) -> None:
+    """Activate a proposed entry."""
+    written = _with_client(lambda c: c.harness_approve(entry, reason))
+    print(f"{written.id} v{written.version}: {written.status}")
+
+
+@harness_app.command("reject")
+def reject(
+    entry: EntryArg,
+    reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
+) -> None:
+    """Reject a proposed entry."""
+    written = _with_client(lambda c: c.harness_reject(entry, reason))
+    print(f"{written.id} v{written.version}: {written.status}")
+
+
+@app.command()
+def refine(
+    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    instructions: Annotated[
+        str | None, typer.Option(help="What the refinement should look for.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Propose harness edits from a session's recent events (a model call); they
+    are staged for its next turn boundary (applied now when it is idle)."""
+    result = _with_client(lambda c: c.refine(session, instructions))
+    if json_out:
+        _dump(to_json(result))
+        return
+    staged = f": {', '.join(result.staged)}" if result.staged else ""
+    print(f"refinement {result.refinement_id}: {len(result.staged)} edit(s) staged{staged}")
+    for problem in result.problems:
+        print(f"  skipped: {printable(problem)}", file=sys.stderr)
+
+
+__all__ = ["harness_app"]
