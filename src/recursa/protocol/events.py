@@ -35,7 +35,7 @@ from recursa.models.types import ToolCall
 
 PROTOCOL_VERSION = 1
 
-InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule"]
+InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule", "goal", "gate"]
 CellStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died", "rejected"]
 TurnEndReason = Literal[
     "answered",

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config, Limits
 from recursa.control.budget import Admission, Ledger, Limit, Spent, Ticket
@@ -78,6 +79,9 @@ class Runtime:
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
         self.tree = Tree(self, clock=clock)
         self.learning = Learning(self)
+        self.controls: list[TurnControl] = []
+        """Turn-end controls (autonomous gates, goals), run in order after every
+        turn; each may continue the session by queueing a message to it."""
         """The Continual Harness, with models, sessions and kernels (:mod:`recursa.runtime.learning`)."""
 
     @classmethod
@@ -250,6 +254,7 @@ class Runtime:
             settle=settle,
             kernel_env=kernel_env,
             on_turn_end=self._turn_ended,
+            after_turn=self._after_turn,
             prestart_kernel=row.parent_id is None,
             on_activity=self.pulse.notify,
             supplement=lambda: self.learning.supplement(row.id).text,
@@ -290,6 +295,13 @@ class Runtime:
         chain = tuple(limits)
         self._chains[session_id] = chain
         return chain
+
+    async def _after_turn(self, session: Session, ended: TurnEnded) -> None:
+        for control in list(self.controls):
+            try:
+                await control.after_turn(session, ended)
+            except Exception:
+                log.exception("session %s: turn-end control %r failed", session.id, control)
 
     def _turn_ended(self, session: Session, ended: TurnEnded) -> None:
         """At every turn's end, in the transaction that records it: the harness's
@@ -408,6 +420,13 @@ class Runtime:
                 self.store.close()
 
 
+class TurnControl(Protocol):
+    """Something that looks at every turn's end and may continue the session
+    (``session.send(..., source="gate"|"goal"|...)``); see ``Runtime.controls``."""
+
+    async def after_turn(self, session: Session, ended: TurnEnded) -> None: ...
+
+
 def _text(message: Message) -> str:
     if isinstance(message, AssistantMessage):
         return message.text + "".join(call.arguments for call in message.tool_calls)
@@ -434,4 +453,4 @@ def _limits(row: SessionRow, default: Limits) -> Limits:
         return default
 
 
-__all__ = ["EMBEDDED_DEFAULT", "Runtime"]
+__all__ = ["EMBEDDED_DEFAULT", "Runtime", "TurnControl"]

@@ -101,6 +101,8 @@ _INPUT_PREFIX = {
     "child": "[message from a sub-agent] ",
     "sibling": "[message from a sibling agent] ",
     "schedule": "[scheduled prompt] ",
+    "goal": "[goal] ",
+    "gate": "[gate] ",
 }
 
 

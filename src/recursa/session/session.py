@@ -103,6 +103,10 @@ class SessionDeps:
     """The supplemental prompt (harness state), read at the start of every turn
     so that edits applied at a turn boundary shape the next turn, never the
     running one."""
+    after_turn: Callable[[Session, TurnEnded], Awaitable[None]] | None = None
+    """After each turn and its checkpoint, before the session looks for more
+    input: the runtime's turn-end controls (autonomous gates, goals), which
+    continue the session by queueing a message (and do nothing to stop it)."""
     prestart_kernel: bool = True
     """Start getting a kernel as a turn begins (a root session: its first cell
     then finds it ready); False: on the first cell (sub-agents, many of which
@@ -264,6 +268,16 @@ class Session:
         """A worker is taking inputs (a turn runs or is about to)."""
         return self._worker is not None and not self._worker.done()
 
+    async def _after_turn(self) -> None:
+        if self.deps.after_turn is None or self.last_end is None or self._interrupting:
+            return
+        try:
+            await self.deps.after_turn(self, self.last_end)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a control's failure must not take the session down
+            log.exception("session %s: a turn-end control failed", self.id)
+
     def _prestart(self) -> None:
         if self.deps.prestart_kernel:
             self._slot.prestart()
@@ -375,6 +389,7 @@ class Session:
                 self._prestart()
                 await self._turn(resume.turn, resume=True)
                 await self._checkpoint()
+                await self._after_turn()
             while not (self._closed or self._interrupting):
                 pending = self.deps.store.inbox.pending(self.id)
                 if not pending:
@@ -386,6 +401,7 @@ class Session:
                     self._publish(record)
                 await self._turn(None, resume=False)
                 await self._checkpoint()
+                await self._after_turn()
         finally:
             self._interrupting = False
             if not self._closed:
