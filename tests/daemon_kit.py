@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -94,3 +95,21 @@ def agents(env: Mapping[str, str], cwd: Path) -> list[dict[str, object]]:
     assert result.returncode == 0, result.stderr
     listed: list[dict[str, object]] = json.loads(result.stdout)
     return listed
+
+
+def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """OpenAI's rule, checked on a request the fake server received: an
+    assistant message's tool calls are answered, each by a tool message,
+    right after it and before anything else."""
+    problems = []
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant" or not message.get("tool_calls"):
+            continue
+        wanted = {call["id"] for call in message["tool_calls"]}
+        follow = index + 1
+        while follow < len(messages) and messages[follow]["role"] == "tool":
+            wanted.discard(messages[follow]["tool_call_id"])
+            follow += 1
+        if wanted:
+            problems.append(f"message {index}: tool calls without a result: {sorted(wanted)}")
+    return problems

@@ -47,7 +47,7 @@ from typing import Any
 import psutil
 import pytest
 
-from daemon_kit import agents, daemon_env, kill_daemon, kill_everything
+from daemon_kit import agents, daemon_env, kill_daemon, kill_everything, unanswered_calls
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.errors import DaemonError, UncertainCommand
@@ -126,23 +126,6 @@ def last_job(messages: list[dict[str, Any]]) -> tuple[int, re.Match[str] | None]
             if found:
                 return index, found
     return 0, None
-
-
-def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:
-    """OpenAI's rule: an assistant message's tool calls are answered, each by a
-    tool message, right after it and before anything else."""
-    problems = []
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant" or not message.get("tool_calls"):
-            continue
-        wanted = {call["id"] for call in message["tool_calls"]}
-        follow = index + 1
-        while follow < len(messages) and messages[follow]["role"] == "tool":
-            wanted.discard(messages[follow]["tool_call_id"])
-            follow += 1
-        if wanted:
-            problems.append(f"message {index}: tool calls without a result: {sorted(wanted)}")
-    return problems
 
 
 def job_text(marker: str, number: int, cells: int) -> str:

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from daemon_kit import agents, daemon_env, kill_daemon, kill_everything, recursa
+from daemon_kit import agents, daemon_env, kill_daemon, kill_everything, recursa, unanswered_calls
 from recursa.config import Config
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
@@ -128,21 +128,6 @@ class Responder:
 
     def reply(self, task: str, messages: list[dict[str, Any]]) -> Reply:
         raise NotImplementedError
-
-
-def unanswered_calls(messages: list[dict[str, Any]]) -> list[str]:
-    problems = []
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant" or not message.get("tool_calls"):
-            continue
-        wanted = {call["id"] for call in message["tool_calls"]}
-        follow = index + 1
-        while follow < len(messages) and messages[follow]["role"] == "tool":
-            wanted.discard(messages[follow]["tool_call_id"])
-            follow += 1
-        if wanted:
-            problems.append(f"message {index}: tool calls without a result: {sorted(wanted)}")
-    return problems
 
 
 # -- following the daemon --------------------------------------------------------------------

@@ -31,6 +31,7 @@ import difflib
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
+from typing import Literal
 
 from recursa.config import HarnessConfig
 from recursa.errors import NotFound, UsageError
@@ -265,29 +266,25 @@ class Harness:
     # -- people (the CLI) ---------------------------------------------------------------
 
     def approve(self, ref: str, reason: str = "", *, actor: Actor = "human") -> EntryVersion:
-        current = self.find(ref)
-        if current.status != "proposed":
-            raise UsageError(f"{current.entry_id} is {current.status}, not proposed")
-        return self._next(
-            current,
-            current,
-            "active",
-            "approve",
-            (actor, reason or "approved"),
-            review={"by": actor, "reasons": reason or "approved"},
-        )
+        return self._decide(ref, "approve", reason or "approved", actor)
 
     def reject(self, ref: str, reason: str = "", *, actor: Actor = "human") -> EntryVersion:
+        return self._decide(ref, "reject", reason or "rejected", actor)
+
+    def _decide(
+        self, ref: str, action: Literal["approve", "reject"], reason: str, actor: Actor
+    ) -> EntryVersion:
+        """A person's (or the gate's) decision on a proposed version, as the next version."""
         current = self.find(ref)
         if current.status != "proposed":
             raise UsageError(f"{current.entry_id} is {current.status}, not proposed")
         return self._next(
             current,
             current,
-            "rejected",
-            "reject",
-            (actor, reason or "rejected"),
-            review={"by": actor, "reasons": reason or "rejected"},
+            "active" if action == "approve" else "rejected",
+            action,
+            (actor, reason),
+            review={"by": actor, "reasons": reason},
         )
 
     def revert(self, ref: str, to_version: int, *, actor: Actor = "human") -> EntryVersion:
