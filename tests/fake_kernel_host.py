@@ -22,6 +22,15 @@ from dataclasses import replace
 
 from fake_host import FakeHost
 from recursa.errors import NotFound, UsageError
+from recursa.protocol.control import (
+    AddSchedule,
+    GoalAction,
+    GoalInfo,
+    ScheduleInfo,
+    SetGoal,
+    UpdateSchedule,
+)
+from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
 from recursa.protocol.wire import (
     AgentMessage,
     CommandKey,
@@ -238,6 +247,28 @@ class FakeKernelHost(FakeHost):
     async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
         raise UsageError("the fake host has no harness")
 
+    # -- history and compaction: empty (tested against the runtime) ------------------------
+
+    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
+        self.kernel_calls.append(("history_search", caller, (query, limit)))
+        return []
+
+    async def history_events(
+        self, caller: str, type: str | None, after: int | None, limit: int
+    ) -> list[HistoryEvent]:
+        self.kernel_calls.append(("history_events", caller, (type, after, limit)))
+        return []
+
+    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
+        raise NotFound(f"this session has no turn {turn}")
+
+    async def history_output(self, caller: str, cell: int) -> str:
+        raise NotFound(f"this session has no cell {cell}")
+
+    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
+        self.kernel_calls.append(("compact", caller, instructions))
+        return CompactReply(False, detail="the fake host has no context")
+
     async def harness_list(
         self, kind: str | None, scope: str | None, status: str | None
     ) -> list[HarnessEntry]:
@@ -275,6 +306,57 @@ class FakeKernelHost(FakeHost):
         self, session: str, instructions: str | None, command: CommandKey | None
     ) -> RefineReply:
         raise UsageError("the fake host has no harness")
+
+    # -- goals and schedules: none (tested against the runtime) ----------------------------
+
+    async def goal(self, session: str) -> GoalInfo | None:
+        self._resolve(session)
+        return None
+
+    async def set_goal(
+        self, session: str, request: SetGoal, command: CommandKey | None
+    ) -> GoalInfo:
+        raise UsageError("the fake host has no goals")
+
+    async def change_goal(
+        self, session: str, action: GoalAction, command: CommandKey | None
+    ) -> GoalInfo:
+        raise UsageError("the fake host has no goals")
+
+    async def schedules(self, session: str | None, finished: bool) -> list[ScheduleInfo]:
+        return []
+
+    async def add_schedule(
+        self, session: str, request: AddSchedule, command: CommandKey | None
+    ) -> ScheduleInfo:
+        raise UsageError("the fake host has no schedules")
+
+    async def cancel_schedule(self, job: int, command: CommandKey | None) -> ScheduleInfo:
+        raise NotFound(f"no scheduled job {job}")
+
+    async def caller_goal(self, caller: str) -> GoalInfo | None:
+        self.kernel_calls.append(("caller_goal", caller, None))
+        return None
+
+    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
+        self.kernel_calls.append(("complete_goal", caller, summary))
+        raise UsageError("this session has no goal to complete")
+
+    async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
+        self.kernel_calls.append(("heartbeat_create", caller, request))
+        raise UsageError("the fake host has no schedules")
+
+    async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
+        self.kernel_calls.append(("heartbeat_list", caller, None))
+        return []
+
+    async def heartbeat_update(
+        self, caller: str, ref: str, request: UpdateSchedule
+    ) -> ScheduleInfo:
+        raise NotFound(f"no scheduled job {ref!r} for this session")
+
+    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
+        raise NotFound(f"no scheduled job {ref!r} for this session")
 
     # -- internals --------------------------------------------------------------------------
 

@@ -5,7 +5,13 @@
   the other agents of the tree, and this session's inbox;
 - :data:`harness` and :data:`refine` (:mod:`recursa.api.harness`): the
   Continual Harness: entries staged for the turn boundary, read back, rolled
-  back; refinement proposals from the session's recent events.
+  back; refinement proposals from the session's recent events;
+- :data:`goal` and :data:`heartbeat` (:mod:`recursa.api.goals`): the
+  session's goal (read it, complete it) and the prompts it schedules for
+  itself;
+- :data:`history` and :data:`compact` (:mod:`recursa.api.history`): the
+  session's full event log, including what compaction took out of the
+  context, and compaction on request.
 
 These run inside the kernel process and reach the daemon over its unix socket
 with the session's kernel token (:mod:`recursa.api.client`): the daemon
@@ -19,35 +25,50 @@ from __future__ import annotations
 
 from typing import Any
 
+from recursa.api.goals import GoalApi, HeartbeatApi, goal, heartbeat
 from recursa.api.harness import HarnessApi, Refiner, harness, refine
+from recursa.api.history import Compact, History, compact, history
 from recursa.api.messages import AgentMessenger, Message, agent_message
 from recursa.api.rlm import Rlm, SubagentHandle, rlm
 from recursa.errors import SubagentFailed
 
-NAMES = ("rlm", "agent_message", "harness", "refine")
+NAMES = ("rlm", "agent_message", "harness", "refine", "goal", "heartbeat", "history", "compact")
 """What :func:`install` binds."""
 
 
 def install(namespace: dict[str, Any]) -> None:
-    """Bind ``rlm``, ``agent_message``, ``harness`` and ``refine`` into
-    ``namespace`` (a kernel's user namespace, at its start)."""
+    """Bind :data:`NAMES` (``rlm``, ``agent_message``, ``harness``, ``refine``, ``goal``,
+    ``heartbeat``, ``history``, ``compact``) into ``namespace`` (a kernel's user
+    namespace, at its start)."""
     namespace["rlm"] = rlm
     namespace["agent_message"] = agent_message
     namespace["harness"] = harness
     namespace["refine"] = refine
+    namespace["goal"] = goal
+    namespace["heartbeat"] = heartbeat
+    namespace["history"] = history
+    namespace["compact"] = compact
 
 
 __all__ = [
     "NAMES",
     "AgentMessenger",
+    "Compact",
+    "GoalApi",
     "HarnessApi",
+    "HeartbeatApi",
+    "History",
     "Message",
     "Refiner",
     "Rlm",
     "SubagentFailed",
     "SubagentHandle",
     "agent_message",
+    "compact",
+    "goal",
     "harness",
+    "heartbeat",
+    "history",
     "install",
     "refine",
     "rlm",

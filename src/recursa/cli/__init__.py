@@ -27,6 +27,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Commands live in their own modules; importing them registers them on `app`.
+    import recursa.cli.control
     import recursa.cli.daemon
     import recursa.cli.harness
     import recursa.cli.models

@@ -20,15 +20,23 @@ from dataclasses import dataclass, field
 
 from recursa.cli.render import TranscriptPrinter, json_line
 from recursa.daemon.client import DaemonClient
-from recursa.protocol.events import EventRecord, StatusChanged, TurnEnded, record_to_dict
+from recursa.protocol.events import (
+    AutonomousEnded,
+    EventRecord,
+    StatusChanged,
+    TurnEnded,
+    record_to_dict,
+)
 
 
 @dataclass
 class Follow:
-    """What a follower saw: the last turn's end, and the last cursor."""
+    """What a follower saw: the last turn's end, the end of an autonomous run,
+    and the last cursor."""
 
     cursor: int = 0
     last_end: TurnEnded | None = None
+    autonomous_end: AutonomousEnded | None = None
     running: bool = False
     detached: bool = False
     interrupted: bool = False
@@ -72,6 +80,8 @@ async def follow_until_idle(
                 if isinstance(event, TurnEnded):
                     state.last_end = event
                     state.seen_turn = True
+                elif isinstance(event, AutonomousEnded):
+                    state.autonomous_end = event
                 elif isinstance(event, StatusChanged):
                     state.running = event.status == "running"
                     settled = event.status in ("idle", "inactive")

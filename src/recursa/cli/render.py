@@ -14,10 +14,13 @@ from typing import TextIO
 
 from recursa.protocol.events import (
     AssistantReply,
+    AutonomousEnded,
     CellFinished,
     CellOutput,
     CellStarted,
+    Compacted,
     EventRecord,
+    GateChecked,
     KernelStatus,
     ModelRetry,
     Notice,
@@ -200,8 +203,40 @@ class TranscriptPrinter:
             case TurnEnded(reason=reason, detail=detail):
                 if reason != "answered":
                     self._line(self._style("error", f"stopped ({reason}): {printable(detail)}"))
+            case Compacted(tokens_before=before, tokens_after=after, reason=why):
+                who = "as the agent asked" if why == "agent" else "near the context window"
+                self._line(
+                    self._style("dim", f"── context compacted {who}: {before:,} → {after:,} tokens")
+                )
+            case GateChecked():
+                self._gate(event)
+            case AutonomousEnded(outcome=outcome, detail=detail):
+                self._line(self._style("ok" if outcome == "passed" else "error", detail))
             case _:
                 pass
+
+    def _gate(self, event: GateChecked) -> None:
+        gate = printable(event.gate)
+        match event.status:
+            case "passed":
+                self._line(self._style("ok", "✓ gate ") + f"{gate} · {event.duration:.2f} s")
+                return
+            case "skipped":
+                self._line(
+                    self._style("dim", f"– gate {gate}: not run again, ")
+                    + self._style("dim", "the workspace has not changed since it failed")
+                )
+                return
+            case "failed":
+                how = f"failed (exit {event.exit_code})"
+            case "timeout":
+                how = "timed out"
+            case _:
+                how = "could not run"
+        self._line(self._style("error", "✗ gate ") + f"{gate} {how} · {event.duration:.2f} s")
+        output = printable(event.output[:SHOWN_CELL_CHARS]).rstrip()
+        for line in output.splitlines():
+            self._line(self._style("dim", "│ ") + line)
 
     def summary(self, totals: Usage, elapsed: float) -> None:
         self._line(self._style("dim", f"── {usage_line(totals)} · {elapsed:.1f} s"))

@@ -5,9 +5,13 @@ command follows it and exits when it is idle; ``--detach`` returns at once
 with the session id; Ctrl-C interrupts the turn, a second Ctrl-C detaches.
 ``--no-daemon`` runs everything in this process instead.
 
-Exit codes: 0 answered; 4 the provider failed; 8 a limit was reached;
-9 the model made no progress (empty or cut-off replies, one cell repeated);
-130 interrupted; 1 anything else.
+``--autonomous`` goes on, turn after turn, until every ``--gate`` passes or
+a limit of the whole run is reached, and then exits (:mod:`recursa.runtime.autonomy`).
+
+Exit codes: 0 answered (with ``--autonomous``: every gate passed, and only
+then); 4 the provider failed; 8 a limit was reached; 9 the model made no
+progress (empty or cut-off replies, one cell repeated); 130 interrupted;
+1 anything else.
 (Configuration and usage errors exit 2, see :mod:`recursa.errors`.)
 """
 
@@ -40,18 +44,30 @@ from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.daemon.embedded import serve_embedded
 from recursa.errors import UsageError
-from recursa.protocol.events import TurnEnded
-from recursa.protocol.wire import CreateSession, SendMessage, SessionInfo, Usage, UsageNode
+from recursa.protocol.events import AutonomousEnded, TurnEnded
+from recursa.protocol.wire import (
+    Autonomous,
+    CreateSession,
+    SendMessage,
+    SessionInfo,
+    Usage,
+    UsageNode,
+)
 from recursa.runtime import Runtime
+from recursa.runtime.autonomy import spec_of
 from recursa.runtime.host import RuntimeHost
 from recursa.session import Session
+from recursa.session.compaction import check_context_window
+
+EXIT_LIMIT = 8
 
 EXIT_BY_REASON = {
     "answered": 0,
     "provider_error": 4,
-    "max_steps": 8,
-    "max_tokens": 8,
-    "max_time": 8,
+    "max_steps": EXIT_LIMIT,
+    "max_tokens": EXIT_LIMIT,
+    "max_time": EXIT_LIMIT,
+    "budget": EXIT_LIMIT,
     "empty_reply": 9,
     "stuck": 9,
     "interrupted": 130,
@@ -69,12 +85,27 @@ def run(
         int | None, typer.Option(help="Model calls per turn (0 = no limit).")
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option(help="Input+output tokens per turn (0 = no limit).")
+        int | None,
+        typer.Option(
+            help="Input+output tokens per turn; with --autonomous, over the whole run "
+            "(0 = no limit)."
+        ),
     ] = None,
     max_time: Annotated[
-        str | None, typer.Option(help="Wall clock per turn, e.g. 90s, 30m (0 = no limit).")
+        str | None,
+        typer.Option(
+            help="Wall clock per turn, e.g. 90s, 30m; with --autonomous, over the whole run "
+            "(0 = no limit)."
+        ),
     ] = None,
     cell_timeout: Annotated[str | None, typer.Option(help="Per-cell time limit, e.g. 2m.")] = None,
+    context_window: Annotated[
+        int | None,
+        typer.Option(
+            help="The model's context window in tokens, over the catalog's: the context "
+            "is compacted as it nears it."
+        ),
+    ] = None,
     json_lines: Annotated[
         bool, typer.Option("--json", help="One JSON object per event on stdout.")
     ] = False,
@@ -94,6 +125,30 @@ def run(
     no_daemon: Annotated[
         bool, typer.Option("--no-daemon", help="Run in this process, without the daemon.")
     ] = False,
+    autonomous: Annotated[
+        bool,
+        typer.Option(
+            "--autonomous",
+            help="Go on, turn after turn, until every --gate passes or a limit is reached.",
+        ),
+    ] = False,
+    gate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gate",
+            help="With --autonomous: a shell command that must exit 0 for the run to end "
+            "(repeatable; run in order after every turn).",
+        ),
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(help="With --autonomous: turns of the whole run.")
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="With --autonomous: USD over the whole run.")
+    ] = None,
+    gate_timeout: Annotated[
+        str | None, typer.Option(help="With --autonomous: time limit per gate (default 10m).")
+    ] = None,
 ) -> None:
     """Run an agent on TASK in a persistent kernel and print its answer."""
     if task == "-":
@@ -101,6 +156,11 @@ def run(
     if not interactive and not (task and task.strip()):
         raise UsageError("recursa run needs a TASK (or --interactive)")
     config = load_config()
+    plan = _autonomous_plan(
+        autonomous, gate, max_turns, max_tokens, max_cost, max_time, gate_timeout, interactive
+    )
+    if plan is not None:  # --max-tokens and --max-time bound the whole run, not each turn
+        max_tokens = max_time = None
     limits = config.limits
     if max_steps is not None:
         limits = replace(limits, max_steps=max_steps or None)
@@ -113,13 +173,26 @@ def run(
             limits,
             cell_timeout=parse_duration(cell_timeout, key="--cell-timeout") or limits.cell_timeout,
         )
+    check_context_window(context_window)
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
     if detach and (no_daemon or interactive):
         raise UsageError("--detach needs the daemon and no --interactive")
     if no_daemon:
         config = replace(config, limits=limits)
-        code = asyncio.run(_run(config, task, model, json_lines, interactive, cwd, name))
+        code = asyncio.run(
+            _run(
+                config,
+                task,
+                model,
+                json_lines,
+                interactive,
+                cwd,
+                name,
+                plan,
+                context_window=context_window,
+            )
+        )
     else:
         request = CreateSession(
             task=task if task and task.strip() else None,
@@ -132,9 +205,64 @@ def run(
             if max_time is not None
             else None,
             cell_timeout=limits.cell_timeout if cell_timeout is not None else None,
+            autonomous=plan,
+            context_window=context_window,
         )
         code = asyncio.run(_run_in_daemon(config, request, json_lines, interactive, detach))
     raise typer.Exit(code)
+
+
+def _autonomous_plan(
+    autonomous: bool,
+    gates: list[str] | None,
+    max_turns: int | None,
+    max_tokens: int | None,
+    max_cost: float | None,
+    max_time: str | None,
+    gate_timeout: str | None,
+    interactive: bool,
+) -> Autonomous | None:
+    """The autonomous run the flags ask for (None: not autonomous), or a UsageError."""
+    if not autonomous:
+        given = [
+            flag
+            for flag, value in (
+                ("--gate", gates),
+                ("--max-turns", max_turns),
+                ("--max-cost", max_cost),
+                ("--gate-timeout", gate_timeout),
+            )
+            if value
+        ]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --autonomous")
+        return None
+    if interactive:
+        raise UsageError("--autonomous runs on its own: it takes no --interactive")
+    if not gates:
+        raise UsageError("--autonomous needs at least one --gate COMMAND")
+    return Autonomous(
+        gates=tuple(gates),
+        max_turns=max_turns or None,
+        max_tokens=max_tokens or None,
+        max_cost=max_cost or None,
+        max_time=parse_duration(max_time, key="--max-time") if max_time is not None else None,
+        gate_timeout=parse_duration(gate_timeout, key="--gate-timeout")
+        if gate_timeout is not None
+        else None,
+    )
+
+
+def _autonomous_exit(end: AutonomousEnded | None, last: TurnEnded | None) -> int:
+    """0 only when the gates passed; a reached limit is 8; a failed turn exits by
+    its reason; a run that did not end (interrupted, detached) by its last turn,
+    never 0."""
+    if end is not None and end.outcome == "passed":
+        return 0
+    if end is not None and end.outcome != "error":
+        return EXIT_LIMIT
+    code = EXIT_BY_REASON.get(last.reason, 1) if last is not None else 1
+    return code or 1
 
 
 async def _run_in_daemon(
@@ -171,7 +299,14 @@ async def _run_in_daemon(
     if state.detached:
         print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
         return 130
-    _finish(info.id, state.last_end, usage, printer, json_lines, time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    if request.autonomous is not None:
+        _finish_autonomous(
+            info.id, state.autonomous_end, state.last_end, usage, printer, json_lines, elapsed
+        )
+        _children_summary(tree, children, json_lines)
+        return _autonomous_exit(state.autonomous_end, state.last_end)
+    _finish(info.id, state.last_end, usage, printer, json_lines, elapsed)
     _children_summary(tree, children, json_lines)
     return EXIT_BY_REASON.get(state.last_end.reason, 1) if state.last_end is not None else 0
 
@@ -211,6 +346,8 @@ async def _until_quiet(
                 show(record, printer, json_lines)
                 if isinstance(record.event, TurnEnded):
                     state.last_end = record.event
+                elif isinstance(record.event, AutonomousEnded):
+                    state.autonomous_end = record.event
             return state
     return state
 
@@ -242,6 +379,9 @@ async def _run(
     interactive: bool,
     cwd: Path | None,
     name: str | None,
+    autonomous: Autonomous | None = None,
+    *,
+    context_window: int | None = None,
 ) -> int:
     started = time.monotonic()
     printer = TranscriptPrinter(color=color_enabled(sys.stderr))
@@ -250,7 +390,14 @@ async def _run(
         serve_embedded(RuntimeHost(runtime), directory=config.home / "api") as api_socket,
     ):
         runtime.api_socket = api_socket  # kernels reach rlm() and agent_message here
-        session = await runtime.create_session(model=model, cwd=cwd, name=name)
+        spec = None
+        if autonomous is not None:  # checked before the session exists
+            spec = runtime.autonomy.check(
+                spec_of(autonomous), runtime.default_model(model), task=task
+            )
+        session = await runtime.create_session(
+            model=model, cwd=cwd, name=name, context_window=context_window
+        )
         for record in session.history():  # what was recorded before we listened
             show(record, printer, json_lines)
         session.listen(lambda record: show(record, printer, json_lines))
@@ -258,7 +405,10 @@ async def _run(
         interrupts.install()
         end: TurnEnded | None = None
         try:
-            if task and task.strip():
+            if spec is not None:
+                runtime.autonomy.start(session, spec, task)
+                end = await _settle(runtime, session, json_lines)
+            elif task and task.strip():
                 end = await _turn(runtime, session, task, json_lines)
             if interactive:
                 printer.echo_user = False  # what is typed at the prompt is on screen already
@@ -272,7 +422,12 @@ async def _run(
         finally:
             interrupts.remove()
         totals = usage_of(runtime.store.usage_totals(session.id))
-        _finish(session.id, end, totals, printer, json_lines, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        run_end = _run_end(runtime, session.id) if spec is not None else None
+        if spec is not None:
+            _finish_autonomous(session.id, run_end, end, totals, printer, json_lines, elapsed)
+        else:
+            _finish(session.id, end, totals, printer, json_lines, elapsed)
         tree = runtime.tree.usage(session.id)
         children = [
             SessionInfo(
@@ -291,7 +446,17 @@ async def _run(
         _children_summary(tree, children, json_lines)
         if interrupts.hard:
             return 130
+        if spec is not None:
+            return _autonomous_exit(run_end, end)
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
+
+
+def _run_end(runtime: Runtime, session_id: str) -> AutonomousEnded | None:
+    """How the session's autonomous run ended (None: it has not)."""
+    state = runtime.autonomy.state(session_id)
+    if state is None or state.outcome is None:
+        return None
+    return AutonomousEnded(outcome=state.outcome, detail=state.detail, turns=state.turns)
 
 
 async def _turn(
@@ -301,6 +466,12 @@ async def _turn(
     to stdout. (A sub-agent's answer starts another turn of the root, so the
     root's idling is not the end while sub-agents work.)"""
     session.send(text, mode="follow_up")
+    return await _settle(runtime, session, json_lines)
+
+
+async def _settle(runtime: Runtime, session: Session, json_lines: bool) -> TurnEnded | None:
+    """Wait until the session and its tree are quiet (an autonomous run's turns
+    follow each other without an idle between them); its last answer to stdout."""
     await session.wait_idle()
     await runtime.tree.wait_quiet(session.id, None)
     end = session.last_end
@@ -342,6 +513,43 @@ def _finish(
         print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
     else:
         print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
+
+
+def _finish_autonomous(
+    session_id: str,
+    run_end: AutonomousEnded | None,
+    end: TurnEnded | None,
+    totals: Usage,
+    printer: TranscriptPrinter,
+    json_lines: bool,
+    elapsed: float,
+) -> None:
+    """The last word on an autonomous run: exactly why it ended, or that it has
+    not (its turn was interrupted: it goes on with the next message)."""
+    if run_end is not None:
+        line = run_end.detail
+    else:
+        why = f"the last turn ended ({end.reason})" if end is not None else "no turn ended"
+        line = f"autonomous: not finished, {why}; it goes on with: recursa send {session_id} TEXT"
+    if json_lines:
+        result: dict[str, object] = {
+            "type": "result",
+            "session_id": session_id,
+            "reason": end.reason if end else None,
+            "answer": end.answer if end else None,
+            "detail": line,
+            "autonomous": {
+                "outcome": run_end.outcome if run_end else None,
+                "passed": run_end is not None and run_end.outcome == "passed",
+                "turns": run_end.turns if run_end else None,
+            },
+            "usage": usage_dict(totals),
+            "elapsed": round(elapsed, 3),
+        }
+        json_line(result, sys.stdout)
+        return
+    printer.summary(totals, elapsed)
+    print(f"recursa: {line}", file=sys.stderr)
 
 
 class _Interrupts:

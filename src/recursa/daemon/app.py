@@ -25,6 +25,9 @@ the client token; bodies and replies are the wire values of
     GET  /harness/log?limit=N                            → [HarnessEntry]  (newest first)
     POST /shutdown          Shutdown      → {}            202, then the server stops
 
+Goals and schedules (``/sessions/{ref}/goal``, ``/schedules``, ...) are the
+routes of :mod:`recursa.daemon.control_routes`.
+
 The kernels' routes, under ``/kernel/`` and for kernel tokens only, are
 those of :mod:`recursa.daemon.kernel_routes`; they exist when the app is
 given a :class:`~recursa.daemon.host.KernelHost`.
@@ -65,6 +68,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from recursa.daemon.auth import KernelAuth, TokenAuth
+from recursa.daemon.control_routes import (
+    CONTROL_KERNEL_METHODS,
+    control_kernel_routes,
+    control_routes,
+)
 from recursa.daemon.errormap import one_line, wire_error
 from recursa.daemon.host import Host, KernelHost
 from recursa.daemon.kernel_routes import (
@@ -122,6 +130,7 @@ KERNEL_METHODS = (
     "visible_history",
     "visible_diff",
     "refine_caller",
+    *CONTROL_KERNEL_METHODS,
 )
 """What a host must have to serve the kernels' routes (:class:`KernelHost`)."""
 
@@ -189,8 +198,10 @@ def create_app(
         Route(f"{p}/harness/entries/{{entry:path}}", guarded(api.harness_show), methods=["GET"]),
         Route(f"{p}/shutdown", guarded(api.shutdown), methods=["POST"]),
     ]
+    routes += control_routes(host, _command_key)
     if kernel_host is not None:
         routes += kernel_routes(kernel_host, stop)
+        routes += control_kernel_routes(kernel_host)
         if kernel_auth is None:
             kernel_auth = kernel_host.session_of_token
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})

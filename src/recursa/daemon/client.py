@@ -40,6 +40,7 @@ import httpx2
 from recursa.daemon.errormap import error_from_wire, one_line
 from recursa.daemon.paths import DaemonPaths, read_state, read_token
 from recursa.errors import DaemonError
+from recursa.protocol.control import AddSchedule, GoalAction, GoalInfo, ScheduleInfo, SetGoal
 from recursa.protocol.events import EventRecord, event_from_dict, json_text
 from recursa.protocol.wire import (
     API_PREFIX,
@@ -255,6 +256,41 @@ class DaemonClient:
             "POST", path, body=body, mutating=True, timeout=max(self._timeout, REFINE_TIMEOUT)
         )
         return from_json(RefineReply, data)
+
+    # -- goals and schedules ------------------------------------------------------------------
+
+    async def goal(self, session: str) -> GoalInfo | None:
+        """The session's current goal, or None when it has none."""
+        data = await self._call("GET", _session_path(session, "goal"))
+        return None if data is None else from_json(GoalInfo, data)
+
+    async def set_goal(self, session: str, objective: str, budget: int | None = None) -> GoalInfo:
+        """Give the session a goal (replacing any); it starts working toward it."""
+        body = to_json(SetGoal(objective=objective, budget=budget))
+        data = await self._call("PUT", _session_path(session, "goal"), body=body, mutating=True)
+        return from_json(GoalInfo, data)
+
+    async def change_goal(self, session: str, action: GoalAction) -> GoalInfo:
+        """``pause``, ``resume`` or ``clear`` the session's goal."""
+        path = _session_path(session, f"goal/{action}")
+        return from_json(GoalInfo, await self._call("POST", path, mutating=True))
+
+    async def schedules(
+        self, session: str | None = None, *, finished: bool = False
+    ) -> list[ScheduleInfo]:
+        """Scheduled jobs oldest first (of one session); ended ones too with ``finished``."""
+        query = {"all": "1" if finished else "0", **({"session": session} if session else {})}
+        path = f"/schedules?{urlencode(query)}"
+        return _list_of(ScheduleInfo, await self._call("GET", path), path)
+
+    async def add_schedule(self, session: str, request: AddSchedule) -> ScheduleInfo:
+        path = _session_path(session, "schedules")
+        data = await self._call("POST", path, body=to_json(request), mutating=True)
+        return from_json(ScheduleInfo, data)
+
+    async def cancel_schedule(self, job: int) -> ScheduleInfo:
+        data = await self._call("DELETE", f"/schedules/{int(job)}", mutating=True)
+        return from_json(ScheduleInfo, data)
 
     async def shutdown(self, *, force: bool = False) -> None:
         """Ask the daemon to stop; returns once it has begun (it exits soon after)."""

@@ -16,7 +16,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from recursa.protocol.control import (
+    AddSchedule,
+    GoalAction,
+    GoalInfo,
+    ScheduleInfo,
+    SetGoal,
+    UpdateSchedule,
+)
 from recursa.protocol.events import EventRecord
+from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
 from recursa.protocol.wire import (
     AgentMessage,
     CommandKey,
@@ -141,6 +150,42 @@ class Host(Protocol):
         (and applied at once when the session is not running). Idempotent by ``command``."""
         ...
 
+    # -- goals and schedules (``recursa goal``, ``recursa schedule``) -----------------------
+
+    async def goal(self, session: str) -> GoalInfo | None:
+        """The session's current goal, with its usage; None when it has none."""
+        ...
+
+    async def set_goal(
+        self, session: str, request: SetGoal, command: CommandKey | None
+    ) -> GoalInfo:
+        """Give the session a goal (replacing any) and queue its first prompt.
+        UsageError for a bad objective or budget. Idempotent by ``command``."""
+        ...
+
+    async def change_goal(
+        self, session: str, action: GoalAction, command: CommandKey | None
+    ) -> GoalInfo:
+        """Pause, resume or clear the session's goal. UsageError when it has none or
+        its status does not allow it. Idempotent by ``command``."""
+        ...
+
+    async def schedules(self, session: str | None, finished: bool) -> list[ScheduleInfo]:
+        """Scheduled jobs oldest first, of one session or all; ended ones too with
+        ``finished``."""
+        ...
+
+    async def add_schedule(
+        self, session: str, request: AddSchedule, command: CommandKey | None
+    ) -> ScheduleInfo:
+        """Schedule a prompt for the session. UsageError for a bad spec, prompt,
+        mode or label. Idempotent by ``command``."""
+        ...
+
+    async def cancel_schedule(self, job: int, command: CommandKey | None) -> ScheduleInfo:
+        """Cancel a job by id (NotFound when there is none). Idempotent by ``command``."""
+        ...
+
 
 class KernelHost(Protocol):
     """What a kernel may ask, through ``/v1/kernel/...``. ``caller`` is the
@@ -216,6 +261,61 @@ class KernelHost(Protocol):
     async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
         """``refine.run``: a refinement over the caller's recent events; its edits are
         staged for the caller's turn boundary."""
+        ...
+
+    # -- the caller's history and context (``history``, ``compact``) ------------------------
+
+    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
+        """``history.search``: the caller's events whose text (or whose cell's full
+        output) contains ``query``, case-insensitive, newest first; never the
+        searching cell's own step."""
+        ...
+
+    async def history_events(
+        self, caller: str, type: str | None, after: int | None, limit: int
+    ) -> list[HistoryEvent]:
+        """``history.events``: the caller's events after ``after`` (None: the newest
+        ``limit``), oldest first. ValueError for an unknown type."""
+        ...
+
+    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
+        """``history.turn``: the events of the caller's turn ``turn``; NotFound without one."""
+        ...
+
+    async def history_output(self, caller: str, cell: int) -> str:
+        """``history.output``: the full output of the caller's cell; NotFound without one."""
+        ...
+
+    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
+        """``compact.run``: compact the caller's context now, all but the step in progress."""
+        ...
+
+    async def caller_goal(self, caller: str) -> GoalInfo | None:
+        """``goal.get()``: the caller's current goal, or None."""
+        ...
+
+    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
+        """``goal.complete()``: the caller's goal is completed, effective at once
+        (the turn that called it is not continued). UsageError without a goal."""
+        ...
+
+    async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
+        """``heartbeat.create``: schedule a prompt for the caller, as the model's."""
+        ...
+
+    async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
+        """``heartbeat.list``: the caller's active jobs (a person's too)."""
+        ...
+
+    async def heartbeat_update(
+        self, caller: str, ref: str, request: UpdateSchedule
+    ) -> ScheduleInfo:
+        """``heartbeat.update``: change one of the caller's own jobs (id or label).
+        UsageError for a person's job."""
+        ...
+
+    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
+        """``heartbeat.delete``: cancel one of the caller's own jobs (id or label)."""
         ...
 
 

@@ -18,6 +18,11 @@ of :mod:`recursa.protocol.wire` as JSON::
     GET    /kernel/harness/entries/{entry}/history            → [HarnessEntry]
     GET    /kernel/harness/entries/{entry}/diff?from=V&to=V   → {"diff": text}
     POST   /kernel/refine                RefineRequest → RefineReply
+    POST   /kernel/history/search        SearchRequest → [HistoryHit]
+    POST   /kernel/history/events        EventsRequest → [event]
+    GET    /kernel/history/turns/{n}                   → [event]
+    GET    /kernel/history/outputs/{cell}              → {"cell": n, "text": full output}
+    POST   /kernel/compact               CompactRequest → CompactReply   (a model call)
 
 ``ref`` is one of the caller's children, by id or name. ``entry`` is a
 harness entry the caller can see (global, or local to it), by id, id prefix
@@ -56,6 +61,14 @@ from recursa.daemon.replies import (
 )
 from recursa.errors import AuthError
 from recursa.protocol.harness import KINDS, SCOPES, STATUSES
+from recursa.protocol.history import (
+    MAX_EVENTS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_RESULTS,
+    CompactRequest,
+    EventsRequest,
+    SearchRequest,
+)
 from recursa.protocol.wire import (
     API_PREFIX,
     AgentMessage,
@@ -93,6 +106,11 @@ def kernel_routes(host: KernelHost, stop: StopSignal) -> list[Route]:
         ),
         Route(f"{p}/harness/entries/{{entry:path}}", guarded(api.harness_entry), methods=["GET"]),
         Route(f"{p}/refine", guarded(api.refine), methods=["POST"]),
+        Route(f"{p}/history/search", guarded(api.history_search), methods=["POST"]),
+        Route(f"{p}/history/events", guarded(api.history_events), methods=["POST"]),
+        Route(f"{p}/history/turns/{{turn:int}}", guarded(api.history_turn), methods=["GET"]),
+        Route(f"{p}/history/outputs/{{cell:int}}", guarded(api.history_output), methods=["GET"]),
+        Route(f"{p}/compact", guarded(api.compact), methods=["POST"]),
     ]
 
 
@@ -166,6 +184,45 @@ class _KernelApi:
         reply = await self._host.refine_caller(caller, instructions_of(body))
         return json_reply(to_json(reply))
 
+    async def history_search(self, request: Request) -> Response:
+        caller = _caller(request)
+        body = from_json(SearchRequest, json_object(await read_json(request)))
+        query = body.query
+        if not isinstance(query, str) or not query:
+            raise ValueError("query must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query must be at most {MAX_QUERY_CHARS} characters")
+        limit = count_field(body.limit, "limit", MAX_SEARCH_RESULTS)
+        hits = await self._host.history_search(caller, query, limit)
+        return json_reply([to_json(hit) for hit in hits])
+
+    async def history_events(self, request: Request) -> Response:
+        caller = _caller(request)
+        body = from_json(EventsRequest, json_object(await read_json(request, empty_ok=True)))
+        if body.type is not None and not isinstance(body.type, str):
+            raise ValueError("type must be an event type (a string)")
+        after = body.after
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise ValueError("after must be an event's seq (a whole number)")
+        limit = count_field(body.limit, "limit", MAX_EVENTS)
+        events = await self._host.history_events(caller, body.type, after, limit)
+        return json_reply([event.to_dict() for event in events])
+
+    async def history_turn(self, request: Request) -> Response:
+        caller, turn = _caller(request), request.path_params["turn"]
+        events = await self._host.history_turn(caller, turn, MAX_EVENTS)
+        return json_reply([event.to_dict() for event in events])
+
+    async def history_output(self, request: Request) -> Response:
+        caller, cell = _caller(request), request.path_params["cell"]
+        return json_reply({"cell": cell, "text": await self._host.history_output(caller, cell)})
+
+    async def compact(self, request: Request) -> Response:
+        caller = _caller(request)
+        body = from_json(CompactRequest, json_object(await read_json(request, empty_ok=True)))
+        instructions = instructions_of(RefineRequest(body.instructions))
+        return json_reply(to_json(await self._host.compact(caller, instructions)))
+
 
 def checked_spawn(spawn: Spawn) -> Spawn:
     """``spawn`` with its types checked (ValueError, one line) and numbers normalized."""
@@ -221,6 +278,15 @@ def checked_edit(edit: HarnessEdit) -> HarnessEdit:
         if not isinstance(getattr(edit, name), str):
             raise ValueError(f"{name} must be a string")
     return edit
+
+
+def count_field(value: object, name: str, most: int) -> int:
+    """A count from a request: a whole number from 1 to ``most``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number")
+    if not 1 <= value <= most:
+        raise ValueError(f"{name} must be from 1 to {most}, not {value}")
+    return value
 
 
 def instructions_of(body: RefineRequest) -> str | None:
@@ -296,6 +362,7 @@ __all__ = [
     "checked_edit",
     "checked_message",
     "checked_spawn",
+    "count_field",
     "entry_ref",
     "harness_filters",
     "instructions_of",

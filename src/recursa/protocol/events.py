@@ -15,7 +15,12 @@ The grammar of one turn::
     )+
     turn_ended                      why it ended, and the answer if there is one
 
-``notice``, ``kernel_status`` and ``status_changed`` may appear anywhere.
+``notice``, ``kernel_status`` and ``status_changed`` may appear anywhere. In
+autonomous mode a turn's end is followed by ``gate_checked*`` and, when the
+run is over, ``autonomous_ended``. ``compacted`` (after the ``model_usage``
+of its summary call) may come before any model call of a turn, or while a
+cell runs (``compact.run()``); the model's context is rebuilt from the log
+alone, compactions included.
 ``text_delta`` and ``cell_output`` are transient: streamed to watchers, never
 stored; the complete text is in ``assistant_reply`` and ``cell_finished``.
 
@@ -55,6 +60,10 @@ KernelState = Literal[
 NoticeLevel = Literal["info", "warning", "error"]
 SessionStatus = Literal["admitted", "running", "idle", "inactive", "deleted"]
 """admitted → running ⇄ idle → inactive → idle; ``deleted`` is a tombstone (history kept)."""
+GateStatus = Literal["passed", "failed", "timeout", "error", "skipped"]
+"""A gate's check: ``skipped`` means not run again, the workspace unchanged since it failed."""
+AutonomousOutcome = Literal["passed", "max_turns", "max_tokens", "max_cost", "max_time", "error"]
+"""Why an autonomous run ended: every gate passed, a limit was reached, or a turn failed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +108,9 @@ class AssistantReply:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelUsage:
     """Usage of one model call. ``cost`` is USD, None when the price is unknown.
-    ``estimated``: the provider reported no usage; the counts are estimates."""
+    ``estimated``: the provider reported no usage; the counts are estimates.
+    ``step`` is the turn's step (1, 2, ...) for a call that sees the session's
+    context; 0 for a call outside it (a compaction summary, a refinement)."""
 
     model: str
     input_tokens: int
@@ -169,6 +180,26 @@ class TurnEnded:
     type: Literal["turn_ended"] = "turn_ended"
 
 
+CompactReason = Literal["auto", "agent"]
+"""``auto``: the context neared the model's window; ``agent``: ``compact.run()``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compacted:
+    """The model's context was compacted: the messages of every event up to
+    ``through`` (a seq), and the summary of any earlier compaction, are replaced
+    by ``summary``. The events stay in the log (the kernel's ``history`` reads
+    them). ``tokens_before`` and ``tokens_after`` are the context's size around it."""
+
+    summary: str
+    through: int
+    tokens_before: int
+    tokens_after: int
+    reason: CompactReason = "auto"
+    instructions: str | None = None
+    type: Literal["compacted"] = "compacted"
+
+
 @dataclass(frozen=True, slots=True)
 class ReadMessage:
     """One message as ``agent_message.inbox()`` took it."""
@@ -192,6 +223,35 @@ class InboxRead:
 class StatusChanged:
     status: SessionStatus
     type: Literal["status_changed"] = "status_changed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateChecked:
+    """An autonomous run's end-condition gate, checked after turn ``turn``.
+    ``output`` is what the model is shown (head and tail, bounded); ``chars``
+    the full output's size. ``skipped``: the workspace had not changed since
+    the gate failed, so it was not run again."""
+
+    gate: str
+    status: GateStatus
+    turn: int = 0
+    exit_code: int | None = None
+    output: str = ""
+    chars: int = 0
+    truncated: bool = False
+    duration: float = 0.0
+    type: Literal["gate_checked"] = "gate_checked"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AutonomousEnded:
+    """An autonomous run is over: ``detail`` says exactly why, in one line
+    (``autonomous: gates passed (2/2)``). Only ``passed`` is success."""
+
+    outcome: AutonomousOutcome
+    detail: str
+    turns: int = 0
+    type: Literal["autonomous_ended"] = "autonomous_ended"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,8 +285,11 @@ Event = (
     | KernelStatus
     | Notice
     | TurnEnded
+    | Compacted
     | InboxRead
     | StatusChanged
+    | GateChecked
+    | AutonomousEnded
     | TextDelta
     | CellOutput
 )
@@ -315,12 +378,18 @@ __all__ = [
     "EVENT_TYPES",
     "PROTOCOL_VERSION",
     "AssistantReply",
+    "AutonomousEnded",
+    "AutonomousOutcome",
     "CellFinished",
     "CellOutput",
     "CellStarted",
     "CellStatus",
+    "CompactReason",
+    "Compacted",
     "Event",
     "EventRecord",
+    "GateChecked",
+    "GateStatus",
     "InboxRead",
     "InputSource",
     "KernelState",

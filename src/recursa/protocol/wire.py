@@ -93,8 +93,24 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Autonomous:
+    """``recursa run --autonomous``: turns go on until every gate (a shell
+    command, run in the session's directory after each turn) exits 0, or a
+    limit is reached. The limits cover the whole run (None: no limit);
+    ``gate_timeout`` is seconds per gate (None: the default)."""
+
+    gates: tuple[str, ...]
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_time: float | None = None
+    gate_timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CreateSession:
-    """``recursa run``: a new root session, with its first task queued."""
+    """``recursa run``: a new root session, with its first task queued.
+    ``autonomous``: the task runs in autonomous mode."""
 
     task: str | None
     model: str | None = None
@@ -104,6 +120,9 @@ class CreateSession:
     max_tokens: int | None = None
     max_time: float | None = None
     cell_timeout: float | None = None
+    autonomous: Autonomous | None = None
+    context_window: int | None = None
+    """Tokens: overrides the model's window for compaction (``--context-window``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +434,7 @@ _NESTED: dict[str, type[Any]] = {
     "total": Usage,
     "budget": Budget,
     "entry": HarnessEntry,
+    "autonomous": Autonomous,
 }
 _NESTED_TUPLES: dict[str, type[Any]] = {"children": UsageNode, "history": HarnessEntry}
 """Fields holding a list of wire values (a JSON array becomes a tuple)."""
@@ -444,6 +464,7 @@ __all__ = [
     "HEARTBEAT_SECONDS",
     "PROTOCOL_VERSION",
     "AgentMessage",
+    "Autonomous",
     "Budget",
     "CommandKey",
     "CreateSession",

@@ -23,13 +23,23 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from recursa import __version__
 from recursa.config import Config, Limits
 from recursa.errors import NotFound, UncertainCommand, UsageError
 from recursa.harness.entries import reason_text
+from recursa.protocol.control import (
+    AddSchedule,
+    GoalAction,
+    GoalInfo,
+    ScheduleInfo,
+    SetGoal,
+    UpdateSchedule,
+)
 from recursa.protocol.events import PROTOCOL_VERSION, EventRecord
 from recursa.protocol.harness import Edit, EntryVersion, Provenance
+from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
 from recursa.protocol.wire import (
     AgentMessage,
     CommandKey,
@@ -53,11 +63,13 @@ from recursa.protocol.wire import (
     from_json,
     to_json,
 )
+from recursa.runtime.autonomy import spec_of
 from recursa.runtime.runtime import Runtime
 from recursa.runtime.tree import display_name
-from recursa.store import JSONValue, SessionRow
+from recursa.store import JSONValue, SessionRow, history
 
 log = logging.getLogger("recursa.runtime")
+T = TypeVar("T")
 
 IDLE_CHECK_SECONDS = 30.0
 """How often idle sessions are looked for (unloading is not urgent)."""
@@ -71,14 +83,17 @@ class RuntimeHost:
         self.recovering = True
         self.recovery_seconds: float | None = None
         self._scheduler: asyncio.Task[None] | None = None
+        self._ticks: asyncio.Task[None] | None = None
 
     async def start(self, *, idle_check: float = IDLE_CHECK_SECONDS) -> None:
-        """Recover every session, then keep unloading idle ones."""
+        """Recover every session, then keep unloading idle ones and delivering
+        scheduled prompts (missed ticks coalesce into one, at once)."""
         began = time.monotonic()
         await self.runtime.recover()
         self.recovery_seconds = time.monotonic() - began
         self.recovering = False
         self._scheduler = asyncio.create_task(self._unload_loop(idle_check), name="idle unloading")
+        self._ticks = asyncio.create_task(self.runtime.scheduler.run(), name="scheduled prompts")
 
     async def _unload_loop(self, every: float) -> None:
         while True:
@@ -161,13 +176,22 @@ class RuntimeHost:
         if seen is not None:
             return from_json(SessionInfo, seen)
         limits = _limits(self.runtime.config.limits, request)
+        spec = None
+        if request.autonomous is not None:  # checked before anything is written
+            model = self.runtime.default_model(request.model)
+            spec = self.runtime.autonomy.check(
+                spec_of(request.autonomous), model, task=request.task
+            )
         session = await self.runtime.create_session(
             model=request.model,
             cwd=Path(request.cwd) if request.cwd else None,
             name=request.name,
             limits=limits,
+            context_window=request.context_window,
         )
-        if request.task:
+        if spec is not None:
+            self.runtime.autonomy.start(session, spec, request.task)
+        elif request.task:
             session.send(request.task, mode="follow_up")
         info = self._info(self.store.session(session.id))
         self._finish(command, to_json(info))
@@ -193,6 +217,7 @@ class RuntimeHost:
 
     async def interrupt(self, session: str) -> SessionInfo:
         row = self.store.session(session)
+        self.runtime.goals.interrupted(row.id)  # a person stepped in: the goal waits for them
         await self.runtime.get(row.id).interrupt()
         return self._info(self.store.session(row.id))
 
@@ -202,6 +227,7 @@ class RuntimeHost:
         if seen is not None:
             return from_json(SessionInfo, seen)
         target = self.runtime.get(row.id)
+        self.runtime.goals.interrupted(row.id)
         await target.interrupt()
         if target.loaded:
             await target.unload()
@@ -418,6 +444,29 @@ class RuntimeHost:
     async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
         return await self._refine(caller, instructions)
 
+    # ----------------------------------- the caller's history and context, from a kernel
+
+    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
+        skip = history.running_step(self.store, caller)  # the searching cell's own code
+        return history.search(self.store, caller, query, limit=limit, skip=skip)
+
+    async def history_events(
+        self, caller: str, type: str | None, after: int | None, limit: int
+    ) -> list[HistoryEvent]:
+        return history.recent(self.store, caller, type=type, after=after, limit=limit)
+
+    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
+        return history.turn(self.store, caller, turn, limit=limit)
+
+    async def history_output(self, caller: str, cell: int) -> str:
+        text = self.store.cell_output(caller, cell)
+        if text is None:
+            raise NotFound(f"this session has no cell {cell}")
+        return text
+
+    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
+        return await self.runtime.get(caller).compact(instructions)
+
     def _visible(self, caller: str, ref: str) -> EntryVersion:
         """The entry ``caller`` can see by ``ref``; NotFound otherwise, saying when
         it is only staged so far (an edit applies when the turn ends)."""
@@ -435,17 +484,95 @@ class RuntimeHost:
                     ) from None
             raise
 
+    # ------------------------------------- goals and schedules (recursa goal|schedule)
+
+    async def goal(self, session: str) -> GoalInfo | None:
+        return self.runtime.goals.info(self.store.session(session).id)
+
+    async def set_goal(
+        self, session: str, request: SetGoal, command: CommandKey | None
+    ) -> GoalInfo:
+        row, goals = self.store.session(session), self.runtime.goals
+
+        def change() -> GoalInfo:
+            return goals.set(row.id, request.objective, request.budget)
+
+        return self._once_as(GoalInfo, command, "set_goal", change)
+
+    async def change_goal(
+        self, session: str, action: GoalAction, command: CommandKey | None
+    ) -> GoalInfo:
+        row, goals = self.store.session(session), self.runtime.goals
+        change = {"pause": goals.pause, "resume": goals.resume, "clear": goals.clear}[action]
+        return self._once_as(GoalInfo, command, f"{action}_goal", lambda: change(row.id))
+
+    async def schedules(self, session: str | None, finished: bool) -> list[ScheduleInfo]:
+        session_id = None if session is None else self.store.session(session).id
+        return self.runtime.scheduler.jobs(session_id, finished=finished)
+
+    async def add_schedule(
+        self, session: str, request: AddSchedule, command: CommandKey | None
+    ) -> ScheduleInfo:
+        row, scheduler = self.store.session(session), self.runtime.scheduler
+        return self._once_as(
+            ScheduleInfo, command, "add_schedule", lambda: scheduler.add(row.id, request)
+        )
+
+    async def cancel_schedule(self, job: int, command: CommandKey | None) -> ScheduleInfo:
+        scheduler = self.runtime.scheduler
+        return self._once_as(
+            ScheduleInfo, command, "cancel_schedule", lambda: scheduler.cancel(job)
+        )
+
+    def _once_as(
+        self, cls: type[T], command: CommandKey | None, kind: str, change: Callable[[], T]
+    ) -> T:
+        """Run a synchronous change once per command: the ledger entry and the
+        change are one transaction, so it is never left uncertain."""
+        with self.store.transaction():
+            seen = self._replayed(command, kind)
+            if seen is not None:
+                return from_json(cls, seen)
+            result = change()
+            self._finish(command, to_json(result))
+        return result
+
+    # --------------------------------------------- goals and heartbeats, from a kernel
+
+    async def caller_goal(self, caller: str) -> GoalInfo | None:
+        return self.runtime.goals.info(caller)
+
+    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
+        return self.runtime.goals.complete(caller, summary)
+
+    async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
+        return self.runtime.scheduler.add(caller, request, by="model")
+
+    async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
+        return self.runtime.scheduler.jobs(caller)
+
+    async def heartbeat_update(
+        self, caller: str, ref: str, request: UpdateSchedule
+    ) -> ScheduleInfo:
+        return self.runtime.scheduler.update(caller, ref, request, by="model")
+
+    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
+        scheduler = self.runtime.scheduler
+        return scheduler.cancel(scheduler.find(caller, ref).id, session_id=caller, by="model")
+
     # ------------------------------------------------------------------- stop
 
     async def shutdown(self, *, force: bool) -> None:
-        """Stop the idle loop and every session: gracefully, running turns are
-        interrupted and each kernel's namespace is snapshotted before it stops;
-        with ``force``, kernels stop without snapshots (the last checkpoints stay)."""
-        if self._scheduler is not None:
-            self._scheduler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scheduler
-            self._scheduler = None
+        """Stop the idle and schedule loops and every session: gracefully, running
+        turns are interrupted and each kernel's namespace is snapshotted before it
+        stops; with ``force``, kernels stop without snapshots (the last checkpoints
+        stay). Active goals stay active: the next start continues them."""
+        for task in (self._scheduler, self._ticks):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._scheduler = self._ticks = None
         await self.runtime.aclose(snapshot=not force)
 
 

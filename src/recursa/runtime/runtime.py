@@ -36,11 +36,15 @@ from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
 from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
 from recursa.protocol.events import SessionCreated, TurnEnded
+from recursa.runtime.autonomy import Autonomy
 from recursa.runtime.gate import KernelGate
+from recursa.runtime.goals import Goals
 from recursa.runtime.learning import Learning
+from recursa.runtime.scheduling import Scheduler
 from recursa.runtime.tree import Pulse, Tree, display_name
 from recursa.session import Session, SessionDeps
-from recursa.store import DB_FILE_NAME, SessionRow, Store
+from recursa.session.compaction import check_context_window
+from recursa.store import DB_FILE_NAME, JSONValue, SessionRow, Store
 
 EMBEDDED_DEFAULT = "local/qwen2.5-coder-1.5b"
 
@@ -79,7 +83,14 @@ class Runtime:
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
         self.tree = Tree(self, clock=clock)
         self.learning = Learning(self)
-        self.controls: list[TurnControl] = []
+        self.autonomy = Autonomy(self)
+        """Autonomous mode: gates after every turn of a run (:mod:`recursa.runtime.autonomy`)."""
+        self.goals = Goals(self)
+        """Each session's goal, continued after its turns (:mod:`recursa.runtime.goals`)."""
+        self.scheduler = Scheduler(self)
+        """Heartbeats, one-time and cron prompts (:mod:`recursa.runtime.scheduling`); the
+        daemon's host runs its loop."""
+        self.controls: list[TurnControl] = [self.autonomy, self.goals]
         """Turn-end controls (autonomous gates, goals), run in order after every
         turn; each may continue the session by queueing a message to it."""
         """The Continual Harness, with models, sessions and kernels (:mod:`recursa.runtime.learning`)."""
@@ -143,16 +154,24 @@ class Runtime:
         cwd: Path | None = None,
         name: str | None = None,
         limits: Limits | None = None,
+        context_window: int | None = None,
     ) -> Session:
         """Admit a new root session. The model is resolved (and its provider
-        checked) before anything is written, so a bad model leaves no trace."""
+        checked) before anything is written, so a bad model leaves no trace.
+        ``context_window`` (tokens) overrides the model's, for compaction; it
+        is kept with the session, so it holds after a restart too."""
         ref = self.default_model(model)
         self.providers.info(ref)  # raises ModelUnavailable before anything is written
+        check_context_window(context_window)
         cwd = (cwd or Path.cwd()).resolve()
-        meta = {"limits": asdict(limits)} if limits is not None else None
+        meta: dict[str, JSONValue] = {}
+        if limits is not None:
+            meta["limits"] = asdict(limits)
+        if context_window is not None:
+            meta["context_window"] = context_window
         with self.store.transaction():
             row = self.store.create_session(
-                model=ref, cwd=str(cwd), workspace="", name=name, meta=meta
+                model=ref, cwd=str(cwd), workspace="", name=name, meta=meta or None
             )
             workspace = self.config.home / "sessions" / row.id
             row = self.store.update_session(row.id, workspace=str(workspace))
@@ -241,7 +260,12 @@ class Runtime:
             kernels=self.gate,
             call_model=call_model,
             cost=cost,
-            model_info=replace(info, ref=ref),
+            # Compaction works to the session's own window (--context-window), else the model's.
+            model_info=replace(
+                info,
+                ref=ref,
+                context_window=_int(row.meta.get("context_window")) or info.context_window,
+            ),
             model_name=model_name,
             limits=_limits(row, self.config.limits),
             clock=self.clock,
@@ -364,6 +388,8 @@ class Runtime:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("session %s: recovery failed: %s", session.id, result)
+        self.autonomy.resume(sessions)  # a turn whose gates the crash cut short
+        self.goals.resume_all()  # goals whose continuation the stop cut off
         # Kernels the last daemon left to nobody (its warm spares, one it was
         # handing to a session) are stopped; those of sessions it could not
         # bring back stay, for when they can come back.
@@ -404,6 +430,10 @@ class Runtime:
             await self.learning.aclose()
         except Exception:
             log.exception("cancelling harness reviews failed")
+        try:
+            await self.autonomy.aclose()
+        except Exception:
+            log.exception("cancelling autonomous checks failed")
         sessions, self._sessions = list(self._sessions.values()), {}
         results = await asyncio.gather(
             *(s.close(snapshot=snapshot) for s in sessions), return_exceptions=True

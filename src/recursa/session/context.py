@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recursa.models.types import AssistantMessage, Message, ToolResult, UserMessage
-from recursa.protocol.events import AssistantReply, CellFinished, Event, UserInput
+from recursa.protocol.events import (
+    AssistantReply,
+    CellFinished,
+    Compacted,
+    Event,
+    ModelUsage,
+    UserInput,
+)
 from recursa.session.cells import parse_fenced
+from recursa.session.compaction import Entry, EntryKind, Measure, compacted, summary_entry
 
 BASE_PROMPT = """\
 You work in a persistent IPython kernel through one tool, python, which runs a cell and returns its output. \
@@ -22,7 +30,9 @@ Long outputs are shortened; the full text of cell n is then in _out[n].
 Find things out by running code rather than guessing. When the task is done, reply without a tool call: \
 that reply is your final answer, so make it complete and direct.
 Also in the kernel (async; help(name) explains): rlm starts sub-agents that run on their own, \
-agent_message talks to other agents, harness keeps notes, memories and skills for later turns."""
+agent_message talks to other agents, harness keeps notes, memories and skills for later turns, \
+history searches everything this session did (also what was compacted out of your context), \
+goal reads and completes the goal a person set you, heartbeat schedules prompts to yourself."""
 
 FENCED_PROMPT = """\
 You solve tasks by running Python code in a persistent Python session: \
@@ -119,48 +129,89 @@ class Conversation:
     ``apply`` every persisted event in order (replaying the log rebuilds the
     same list). Native-tool sessions get cell results as tool results;
     fenced-code sessions get them as user messages.
+
+    Each message is kept as an :class:`~recursa.session.compaction.Entry`
+    with the seq of its event (pass ``seq`` to ``apply``), so a ``compacted``
+    event can replace the prefix it summarized: every entry up to its
+    ``through``, and the previous summary. When that prefix holds the inputs
+    of the turn in progress, the summary message repeats them verbatim.
+    ``measured`` is the provider's count of the last step's call (None until
+    one is made after the latest compaction).
     """
 
     def __init__(self, *, fenced: bool) -> None:
         self.fenced = fenced
-        self.messages: list[Message] = []
+        self.entries: list[Entry] = []
+        self.measured: Measure | None = None
+        self.compactions = 0
         self._unanswered: list[str] = []
+        self._reply_seq = 0
+        self._turn_inputs: list[Entry] = []
+        """The inputs of the latest turn (the ones that started it)."""
 
-    def apply(self, event: Event) -> None:
+    @property
+    def messages(self) -> list[Message]:
+        return [entry.message for entry in self.entries]
+
+    def apply(self, event: Event, seq: int = 0) -> None:
         match event:
-            case UserInput():
+            case UserInput(mode=mode):
                 self._close_unanswered()
-                self.messages.append(UserMessage(sendable(render_input(event))))
+                kind: EntryKind = "input" if mode == "turn" else "steer"
+                entry = self._add(seq, kind, UserMessage(sendable(render_input(event))))
+                if kind == "input":
+                    if self.entries[-2:-1] and self.entries[-2].kind != "input":
+                        self._turn_inputs = []
+                    self._turn_inputs.append(entry)
             case AssistantReply(text=text, tool_calls=calls, fenced=fenced):
                 self._close_unanswered()
+                self._reply_seq = seq
                 if fenced:
-                    self.messages.append(AssistantMessage(sendable(parse_fenced(text).kept)))
+                    message = AssistantMessage(sendable(parse_fenced(text).kept))
+                    self._add(seq, "reply", message)
                 else:
-                    self.messages.append(AssistantMessage(sendable(text), calls))
+                    self._add(seq, "reply", AssistantMessage(sendable(text), calls))
                     self._unanswered = [call.id for call in calls]
             case CellFinished():
                 text = sendable(render_cell_result(event))
                 if self.fenced:
-                    self.messages.append(UserMessage(f"Output:\n```\n{text.rstrip()}\n```"))
+                    self._add(seq, "result", UserMessage(f"Output:\n```\n{text.rstrip()}\n```"))
                 else:
-                    self.messages.append(ToolResult(event.call_id, text))
+                    self._add(seq, "result", ToolResult(event.call_id, text))
                     if event.call_id in self._unanswered:
                         self._unanswered.remove(event.call_id)
+            case ModelUsage(step=step, estimated=False) if step > 0:
+                # Calls outside the steps (step 0: summaries, refinements) see another context.
+                self.measured = Measure(len(self.entries), event.input_tokens + event.output_tokens)
+            case Compacted(summary=summary, through=through):
+                self.entries = self.compacted(summary, through, seq=seq)
+                self.measured = None
+                self.compactions += 1
             case _:
                 pass
+
+    def compacted(self, summary: str, through: int, *, seq: int = 0) -> list[Entry]:
+        """The entries as a compaction through seq ``through`` would leave them."""
+        pinned = [e.message.text for e in self._turn_inputs if e.seq <= through]
+        return compacted(self.entries, through, summary_entry(seq, summary, pinned))
+
+    def _add(self, seq: int, kind: EntryKind, message: Message) -> Entry:
+        entry = Entry(seq, kind, message)
+        self.entries.append(entry)
+        return entry
 
     def _close_unanswered(self) -> None:
         """Every tool call must have a result before the conversation moves on
         (providers reject the request otherwise): a call cut off by an
-        interruption or a crash is answered as not run."""
+        interruption or a crash is answered as not run. The answer goes with
+        the reply that made the call (its seq), so a compaction never splits them."""
         for call_id in self._unanswered:
-            self.messages.append(
-                ToolResult(call_id, "(not run: the turn was interrupted before this call)")
-            )
+            message = ToolResult(call_id, "(not run: the turn was interrupted before this call)")
+            self._add(self._reply_seq, "result", message)
         self._unanswered = []
 
     def snapshot(self) -> tuple[Message, ...]:
-        return tuple(self.messages)
+        return tuple(entry.message for entry in self.entries)
 
 
 __all__ = [

@@ -95,6 +95,11 @@ class TurnHooks:
       on the call's output, when a budget needs one) or a ``Stop`` when a budget
       of the session's subtree is spent; ``settle(ticket, usage)`` after the
       call, with its usage (None when it failed).
+    - ``make_room(overflow)``: before each model call, after the limits are
+      checked: compact the context if it nears the model's window (with
+      ``overflow``: because the provider just refused it as too long). It
+      records its own events (the summary call's usage, ``compacted``) and
+      returns whether it compacted.
 
     The loop yields while a model call's time limit is armed, which is safe
     because the session handles each event synchronously (it never awaits
@@ -113,6 +118,11 @@ class TurnHooks:
     fenced: bool
     admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
     settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
+    make_room: Callable[[bool], Awaitable[bool]] = lambda overflow: _no_room()
+
+
+async def _no_room() -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +170,7 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
     nudges = 0
     previous_code: str | None = None
     repeats = 0
+    overflowed = False
     if not resume:
         yield TurnStarted(turn=turn)
     while True:
@@ -167,6 +178,11 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
         stop = before_model_call(hooks.limits, counters)
         if stop is not None:
             yield TurnEnded(turn=turn, reason=stop.reason, detail=stop.detail)
+            return
+
+        # Room for the call: the context is compacted when it nears the window.
+        if await _make_room(hooks, counters, overflow=False) is None:
+            yield _out_of_time(turn, hooks.limits)
             return
 
         # One model call, admitted under the budgets of the session's subtree.
@@ -207,6 +223,15 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
         finally:
             hooks.settle(admission, outcome.usage if isinstance(outcome, Done) else None)
         steps += 1
+        if isinstance(outcome, Failed) and outcome.kind == "context_overflow" and not overflowed:
+            # The window was smaller than thought (or unknown): compact, try once more.
+            overflowed = True
+            compacted = await _make_room(hooks, counters, overflow=True)
+            if compacted is None:
+                yield _out_of_time(turn, hooks.limits)
+                return
+            if compacted:
+                continue
         if not isinstance(outcome, Done):
             detail = (
                 f"{outcome.kind}: {outcome.message}"
@@ -217,6 +242,7 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
             return
 
         # The reply, as it was.
+        overflowed = False
         usage = outcome.usage
         tokens += usage.total_tokens
         reply = _read(outcome, fenced=hooks.fenced, turn=turn, step=steps)
@@ -302,6 +328,21 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
                 result = replace(result, output=output)
             yield result
         hooks.deliver_steers()
+
+
+async def _make_room(hooks: TurnHooks, counters: TurnCounters, *, overflow: bool) -> bool | None:
+    """``hooks.make_room`` under the turn's time limit; None when the time ran out."""
+    try:
+        async with asyncio.timeout(time_left(hooks.limits, counters)):
+            return await hooks.make_room(overflow)
+    except TimeoutError:
+        return None
+
+
+def _out_of_time(turn: int, limits: Limits) -> TurnEnded:
+    limit = limits.max_time or 0
+    detail = f"compacting the context ran past the turn's time limit of {limit:.0f} s (--max-time)"
+    return TurnEnded(turn=turn, reason="max_time", detail=detail)
 
 
 __all__ = ["MAX_NUDGES", "REFUSE_REPEAT_AT", "STUCK_AT", "TurnHooks", "run_turn"]

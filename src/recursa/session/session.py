@@ -31,7 +31,7 @@ from recursa.config import Limits
 from recursa.control.budget import Admission, Ticket
 from recursa.errors import KernelError
 from recursa.models.retry import with_retries
-from recursa.models.types import ModelInfo, Request, StreamEvent, Usage
+from recursa.models.types import Message, ModelInfo, Request, StreamEvent, Usage
 from recursa.protocol.events import (
     CellFinished,
     CellStarted,
@@ -46,7 +46,9 @@ from recursa.protocol.events import (
     UserInput,
     is_transient,
 )
+from recursa.protocol.history import CompactReply
 from recursa.session.cells import PYTHON_TOOL
+from recursa.session.compactor import Compactor, CompactorDeps
 from recursa.session.context import (
     BASE_PROMPT,
     FENCED_PROMPT,
@@ -143,6 +145,22 @@ class Session:
         self._conversation = Conversation(fenced=self.fenced)
         self._context_files = find_context_files(cwd)
         self._system = self._build_system()
+        self._compactor = Compactor(
+            CompactorDeps(
+                session_id=session_id,
+                conversation=self._conversation,
+                window=deps.model_info.context_window,
+                system=lambda: self._system,
+                model_name=deps.model_name,
+                model_ref=self.model_ref,
+                call_model=self._call_model,
+                record=self.record,
+                cost=deps.cost,
+                clock=deps.clock,
+                admit=deps.admit,
+                settle=deps.settle,
+            )
+        )
         self._slot = KernelSlot(
             session_id,
             cwd,
@@ -175,7 +193,7 @@ class Session:
         running: dict[int, CellStarted] = {}
         for record in self.deps.store.events(self.id):
             event = record.event
-            self._conversation.apply(event)
+            self._conversation.apply(event, record.seq)
             self.last_activity = record.ts
             match event:
                 case UserInput(mode="turn") if cut_turn is None:
@@ -359,7 +377,7 @@ class Session:
 
     def _publish(self, record: EventRecord) -> None:
         if record.seq:
-            self._conversation.apply(record.event)
+            self._conversation.apply(record.event, record.seq)
             self.last_activity = record.ts
         for listener in list(self._listeners):
             listener(record)
@@ -434,6 +452,7 @@ class Session:
             fenced=self.fenced,
             admit=self.deps.admit,
             settle=self.deps.settle,
+            make_room=self._compactor.make_room,
         )
         ended: TurnEnded | None = None
         try:
@@ -527,6 +546,24 @@ class Session:
     def _next_cell(self) -> int:
         self._cells += 1
         return self._cells
+
+    # ------------------------------------------------------------- compaction
+
+    async def compact(self, instructions: str | None = None) -> CompactReply:
+        """The agent's compaction (``compact.run()``, from a cell): replace all of
+        the context but the step in progress with a summary. Automatic
+        compaction happens by itself before model calls (:mod:`recursa.session.compactor`)."""
+        return await self._compactor.compact("agent", instructions)
+
+    @property
+    def context(self) -> tuple[Message, ...]:
+        """The messages the next model call gets (compactions applied)."""
+        return self._conversation.snapshot()
+
+    @property
+    def context_tokens(self) -> int:
+        """The size of the model's context now, in tokens (measured where it can be)."""
+        return self._compactor.tokens
 
     # -------------------------------------------------------------- lifecycle
 

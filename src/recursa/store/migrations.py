@@ -292,6 +292,64 @@ def m_harness(conn: sqlite3.Connection) -> None:
     )
 
 
+@_migration(5)
+def m_goals_schedules(conn: sqlite3.Connection) -> None:
+    """Long-horizon controls: each session's goals (the newest row is its
+    current goal) and scheduled prompts (heartbeats, one-time and cron jobs)."""
+    _run(
+        conn,
+        (
+            # Usage toward a goal is the subtree's model calls with seq > since_seq
+            # while it is open, frozen into ``spent`` when it ends: counted from
+            # the log, so it survives restarts.
+            """
+            CREATE TABLE goals (
+                id          INTEGER PRIMARY KEY,
+                session_id  TEXT NOT NULL REFERENCES sessions(id),
+                objective   TEXT NOT NULL,
+                status      TEXT NOT NULL,
+                budget      INTEGER,
+                spent       INTEGER NOT NULL DEFAULT 0,
+                since_seq   INTEGER,
+                continued   INTEGER NOT NULL DEFAULT 0,
+                detail      TEXT NOT NULL DEFAULT '',
+                created_at  REAL NOT NULL,
+                updated_at  REAL NOT NULL,
+                ended_at    REAL
+            )
+            """,
+            "CREATE INDEX goals_session ON goals(session_id, id)",
+            # A tick is claimed (next_at advanced, or the job finished) in the
+            # same transaction that queues its prompt: never delivered twice.
+            """
+            CREATE TABLE schedules (
+                id          INTEGER PRIMARY KEY,
+                session_id  TEXT NOT NULL REFERENCES sessions(id),
+                label       TEXT,
+                prompt      TEXT NOT NULL,
+                spec        TEXT NOT NULL,
+                mode        TEXT NOT NULL,
+                status      TEXT NOT NULL,
+                next_at     REAL,
+                last_at     REAL,
+                fired       INTEGER NOT NULL DEFAULT 0,
+                missed      INTEGER NOT NULL DEFAULT 0,
+                created_by  TEXT NOT NULL,
+                detail      TEXT NOT NULL DEFAULT '',
+                created_at  REAL NOT NULL,
+                updated_at  REAL NOT NULL
+            )
+            """,
+            "CREATE INDEX schedules_due ON schedules(status, next_at)",
+            "CREATE INDEX schedules_session ON schedules(session_id, id)",
+            """
+            CREATE UNIQUE INDEX schedules_label ON schedules(session_id, label)
+            WHERE status = 'active' AND label IS NOT NULL
+            """,
+        ),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = tuple(_REGISTRY)
 """Every migration this recursa knows, in version order."""
 

@@ -50,11 +50,13 @@ from recursa.protocol.events import (
 )
 from recursa.store import sessions as session_table
 from recursa.store.db import connect, one_line, translated
+from recursa.store.goals import GoalTable
 from recursa.store.harness import HarnessTables
 from recursa.store.inbox import Inbox
 from recursa.store.ledger import Commands, KernelRecords, KernelTokens
 from recursa.store.migrations import migrate
 from recursa.store.rows import JSONValue, SessionRow, UsageTotals
+from recursa.store.schedules import ScheduleTable
 
 log = logging.getLogger("recursa.store")
 
@@ -102,6 +104,10 @@ class Store:
         self.harness = HarnessTables(self)
         """Harness entry versions, staged edits, refinements (:mod:`recursa.store.harness`)."""
         """The tokens kernels speak to the daemon with (hashes only)."""
+        self.goals = GoalTable(self)
+        """Each session's goals (:mod:`recursa.store.goals`)."""
+        self.schedules = ScheduleTable(self)
+        """Scheduled prompts: heartbeats, one-time and cron jobs (:mod:`recursa.store.schedules`)."""
 
     # -- lifecycle ---------------------------------------------------------
 

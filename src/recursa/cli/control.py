@@ -1,0 +1,242 @@
+"""``recursa goal set | status | pause | resume | clear``: a session's goal,
+and ``recursa schedule add | list | cancel``: prompts delivered on a clock.
+
+A goal is an objective the session keeps working toward, turn after turn
+(across daemon restarts), until the agent calls ``goal.complete()``, a
+person pauses it, or its token budget (``--budget``, counting the session
+and its sub-agents) is spent. A schedule delivers a prompt to a session
+``"every 10m"``, once ``"in 30m"``, or on a cron expression such as
+``"0 9 * * 1-5"`` (local time); ticks missed while no daemon ran are
+delivered once, not one by one.
+
+Sessions are named by id, id prefix or name. Like the session commands,
+these talk to the daemon and start one when none runs; a spec or budget
+that cannot work is refused with one line before that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+from recursa.cli import app
+from recursa.cli.render import printable
+from recursa.config import environment, load_config
+from recursa.control import goals as goal_rules
+from recursa.control import schedule as plan
+from recursa.daemon import process
+from recursa.daemon.client import DaemonClient
+from recursa.errors import UsageError
+from recursa.protocol.control import AddSchedule, GoalAction, GoalInfo, ScheduleInfo
+from recursa.protocol.wire import to_json
+
+goal_app = typer.Typer(
+    help="A session's goal: an objective it keeps working toward across turns.",
+    no_args_is_help=True,
+)
+app.add_typer(goal_app, name="goal")
+schedule_app = typer.Typer(
+    help='Prompts delivered to a session on a clock: "every 10m", "in 30m", or cron.',
+    no_args_is_help=True,
+)
+app.add_typer(schedule_app, name="schedule")
+
+T = TypeVar("T")
+
+SessionArg = Annotated[str, typer.Argument(help="Session id, id prefix or name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
+
+
+def _with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
+    async def go() -> T:
+        config = load_config()
+        await process.ensure_running(config.home, env=environment())
+        async with DaemonClient(config.home) as client:
+            return await work(client)
+
+    return asyncio.run(go())
+
+
+def _dump(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def _short(text: str, width: int) -> str:
+    line = printable(text).replace("\n", " ")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# -- goals ------------------------------------------------------------------------------------
+
+
+@goal_app.command("set")
+def set_goal(
+    session: SessionArg,
+    objective: Annotated[str, typer.Argument(help="What the session works toward.")],
+    budget: Annotated[
+        int | None,
+        typer.Option(help="Tokens (input plus output, sub-agents included) it may use."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Give a session a goal (replacing any); it starts working toward it now."""
+    try:
+        text = goal_rules.check_objective(objective)
+        tokens = goal_rules.check_budget(budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _show_goal(_with_client(lambda c: c.set_goal(session, text, tokens)), json_out)
+
+
+@goal_app.command("status")
+def goal_status(session: SessionArg, json_out: JsonOpt = False) -> None:
+    """The session's goal: objective, status, tokens used and left."""
+    found = _with_client(lambda c: c.goal(session))
+    if found is None:
+        if json_out:
+            _dump(None)
+        else:
+            print(f"{session} has no goal: recursa goal set {session} OBJECTIVE", file=sys.stderr)
+        return
+    _show_goal(found, json_out)
+
+
+def _change(session: str, action: GoalAction, json_out: bool) -> None:
+    _show_goal(_with_client(lambda c: c.change_goal(session, action)), json_out)
+
+
+@goal_app.command("pause")
+def pause_goal(session: SessionArg, json_out: JsonOpt = False) -> None:
+    """Stop continuing the goal after each turn (resume takes it up again)."""
+    _change(session, "pause", json_out)
+
+
+@goal_app.command("resume")
+def resume_goal(session: SessionArg, json_out: JsonOpt = False) -> None:
+    """Continue a paused goal."""
+    _change(session, "resume", json_out)
+
+
+@goal_app.command("clear")
+def clear_goal(session: SessionArg, json_out: JsonOpt = False) -> None:
+    """Remove the session's goal."""
+    _change(session, "clear", json_out)
+
+
+def _show_goal(goal: GoalInfo, json_out: bool) -> None:
+    if json_out:
+        _dump(to_json(goal))
+        return
+    print(f"goal {goal.id} of {goal.session_id}: {goal.status}")
+    print(f"objective: {printable(goal.objective)}")
+    if goal.budget is None:
+        print(f"budget: none ({goal.used:,} tokens used)")
+    else:
+        print(f"budget: {goal.used:,} of {goal.budget:,} tokens used ({goal.remaining:,} left)")
+    print(f"prompted: {goal.continued} time(s); set {_when(goal.created_at)}")
+    if goal.detail:
+        print(f"detail: {printable(goal.detail)}")
+
+
+# -- schedules --------------------------------------------------------------------------------
+
+
+@schedule_app.command("add")
+def add(
+    session: SessionArg,
+    spec: Annotated[
+        str, typer.Argument(help='"every 10m", "in 30m" or a cron expression ("0 9 * * 1-5").')
+    ],
+    prompt: Annotated[
+        list[str], typer.Argument(help="The prompt (after --, as one or more words).")
+    ],
+    mode: Annotated[
+        str, typer.Option(help="follow_up (after the running turn) or steer (join it).")
+    ] = "follow_up",
+    label: Annotated[str | None, typer.Option(help="A name for the job.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Schedule a prompt for a session: recursa schedule add SESSION SPEC -- PROMPT."""
+    text = " ".join(prompt)
+    try:
+        parsed = plan.parse(spec)
+        checked_mode = plan.check_mode(mode)
+        plan.check_prompt(text)
+        checked_label = plan.check_label(label)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    request = AddSchedule(spec=parsed.text, prompt=text, mode=checked_mode, label=checked_label)
+    job = _with_client(lambda c: c.add_schedule(session, request))
+    if json_out:
+        _dump(to_json(job))
+        return
+    print(f"job {job.id}: {job.spec} → {job.session_id}; next at {_when(job.next_at)}")
+
+
+@schedule_app.command("list")
+def list_jobs(
+    session: Annotated[
+        str | None, typer.Argument(help="Only this session's jobs (id, prefix or name).")
+    ] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Finished and cancelled jobs too.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Scheduled jobs: id, session, schedule, next tick, ticks delivered, prompt."""
+    jobs = _with_client(lambda c: c.schedules(session, finished=everything))
+    if json_out:
+        _dump([to_json(job) for job in jobs])
+        return
+    if not jobs:
+        print("no scheduled jobs", file=sys.stderr)
+        return
+    header = ("JOB", "SESSION", "LABEL", "SCHEDULE", "MODE", "STATUS", "NEXT", "FIRED", "PROMPT")
+    rows = [header, *(_row(job) for job in jobs)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+
+
+def _row(job: ScheduleInfo) -> tuple[str, ...]:
+    fired = f"{job.fired}" + (f" (+{job.missed} missed)" if job.missed else "")
+    return (
+        str(job.id),
+        job.session_id,
+        _short(job.label or "-", 20),
+        job.spec,
+        job.mode,
+        job.status,
+        _when(job.next_at),
+        fired,
+        _short(job.prompt, 50),
+    )
+
+
+@schedule_app.command("cancel")
+def cancel(
+    job: Annotated[int, typer.Argument(help="The job's number (recursa schedule list).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Cancel a scheduled job; it delivers nothing more."""
+    cancelled = _with_client(lambda c: c.cancel_schedule(job))
+    if json_out:
+        _dump(to_json(cancelled))
+        return
+    print(f"job {cancelled.id}: {cancelled.status}")
+
+
+__all__ = ["goal_app", "schedule_app"]

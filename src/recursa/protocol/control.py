@@ -1,0 +1,122 @@
+"""Goals and schedules on the wire: the values clients and kernels send and get.
+
+Their closed sets (a goal's status, a job's mode and status) live here, at
+the bottom, so the store, the pure decisions (:mod:`recursa.control`) and
+the wire all name them alike. The routes that carry these values are listed
+in :mod:`recursa.daemon.control_routes`; :func:`~recursa.protocol.wire.from_json`
+and :func:`~recursa.protocol.wire.to_json` build and read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GoalStatus = Literal["active", "paused", "completed", "exhausted", "cleared"]
+"""``active``: continued after each turn; ``paused``: kept, not continued;
+``completed`` by the agent; ``exhausted``: its budget is spent; ``cleared``:
+removed by a person (or replaced by a new goal)."""
+GoalAction = Literal["pause", "resume", "clear"]
+"""What a person may do to a goal besides setting it."""
+
+ScheduleMode = Literal["steer", "follow_up"]
+"""How a tick's prompt is delivered: ``steer`` joins a running turn (or starts
+one), ``follow_up`` waits for the running turn to end."""
+ScheduleStatus = Literal["active", "done", "cancelled"]
+ScheduleCreator = Literal["user", "model"]
+
+
+@dataclass(frozen=True, slots=True)
+class GoalInfo:
+    """A session's goal. ``used``: tokens (input plus output) of the session's
+    whole subtree since the goal was set (until it ended); ``remaining``: of the budget
+    (None: no budget); ``continued``: continuation prompts queued so far;
+    ``detail``: why it last stopped."""
+
+    id: int
+    session_id: str
+    objective: str
+    status: GoalStatus
+    budget: int | None
+    used: int
+    remaining: int | None
+    continued: int
+    detail: str
+    created_at: float
+    updated_at: float
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetGoal:
+    """``recursa goal set SESSION OBJECTIVE [--budget TOKENS]``."""
+
+    objective: str
+    budget: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteGoal:
+    """``goal.complete(summary)`` from a kernel."""
+
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A scheduled job. ``spec`` is its canonical form (``every 10m``, ``in 30m``,
+    ``0 9 * * 1-5``); ``next_at`` the next tick (unix seconds; None once
+    finished); ``fired`` the ticks delivered; ``missed`` those coalesced
+    into another because nobody was running to deliver them."""
+
+    id: int
+    session_id: str
+    label: str | None
+    prompt: str
+    spec: str
+    kind: str
+    mode: ScheduleMode
+    status: ScheduleStatus
+    next_at: float | None
+    last_at: float | None
+    fired: int
+    missed: int
+    created_by: ScheduleCreator
+    detail: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class AddSchedule:
+    """``recursa schedule add SESSION SPEC -- PROMPT`` and ``heartbeat.create``."""
+
+    spec: str
+    prompt: str
+    mode: ScheduleMode = "follow_up"
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSchedule:
+    """``heartbeat.update(job, ...)``: the fields given change; a new ``spec``
+    restarts the job's clock from now."""
+
+    prompt: str | None = None
+    spec: str | None = None
+    mode: ScheduleMode | None = None
+    label: str | None = None
+
+
+__all__ = [
+    "AddSchedule",
+    "CompleteGoal",
+    "GoalAction",
+    "GoalInfo",
+    "GoalStatus",
+    "ScheduleCreator",
+    "ScheduleInfo",
+    "ScheduleMode",
+    "ScheduleStatus",
+    "SetGoal",
+    "UpdateSchedule",
+]
