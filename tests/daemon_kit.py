@@ -9,6 +9,7 @@ which also means a test that kills a daemon must kill its kernels itself:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -77,7 +78,9 @@ def kill_daemon(home: Path) -> int:
 
 
 def kill_everything(home: Path) -> None:
-    """Stop the daemon if one runs, then kill every kernel it ever recorded."""
+    """Stop the daemon if one runs, then kill every kernel it ever recorded and
+    any other process whose command line names the home (a killed daemon's
+    spares, which no store records)."""
     try:
         asyncio.run(process.stop(home, force=True, timeout=20))
     except Exception:
@@ -85,9 +88,23 @@ def kill_everything(home: Path) -> None:
         if state is not None and psutil.pid_exists(state.pid):
             psutil.Process(state.pid).kill()
     victims = [psutil.Process(pid) for pid in kernel_pids(home) if psutil.pid_exists(pid)]
+    victims += [p for p in home_processes(home) if p.pid not in {v.pid for v in victims}]
     for victim in victims:
-        victim.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            victim.kill()
     psutil.wait_procs(victims, timeout=10)
+
+
+def home_processes(home: Path) -> list[psutil.Process]:
+    """Live processes whose command line names something under ``home``
+    (the daemon, and kernels by their connection files)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(str(home) in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
 
 
 def agents(env: Mapping[str, str], cwd: Path) -> list[dict[str, object]]:

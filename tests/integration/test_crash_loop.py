@@ -44,10 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from daemon_kit import agents, daemon_env, kill_daemon, kill_everything, unanswered_calls
+from daemon_kit import (
+    agents,
+    daemon_env,
+    home_processes,
+    kill_daemon,
+    kill_everything,
+    unanswered_calls,
+)
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.errors import DaemonError, UncertainCommand
@@ -368,27 +374,6 @@ def check_log(session: str, records: list[EventRecord]) -> None:
     assert not running, f"{session}: cells {running} never finished"
 
 
-def home_processes(home: Path) -> list[psutil.Process]:
-    """Live processes whose command line names something under ``home``
-    (the daemon, and kernels by their connection files)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmdline = proc.info["cmdline"] or []
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        if any(str(home) in part for part in cmdline):
-            found.append(proc)
-    return found
-
-
-def kill_home_processes(home: Path) -> None:
-    victims = home_processes(home)
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
-    psutil.wait_procs(victims, timeout=10)
-
-
 # -- the test --------------------------------------------------------------------------------
 
 
@@ -416,7 +401,6 @@ def test_daemon_kill_loop_loses_nothing_acknowledged(
         asyncio.run(run_and_check(loop, model, env, cwd))
     finally:
         kill_everything(home)
-        kill_home_processes(home)
     print(f"{len(loop.kills)} kills in {time.monotonic() - began:.1f}s")
 
 
