@@ -217,6 +217,49 @@ async def test_a_restart_checks_a_turn_whose_gates_never_ran(home: Path, work: P
         assert state.turns == 2
 
 
+async def test_after_a_restart_a_gate_and_a_goal_do_not_both_continue(
+    home: Path, work: Path
+) -> None:
+    """A session with an autonomous run and a goal, stopped before its gates
+    ran: on recovery the controls run in order, so the failed gate continues
+    it alone (the goal sees input waiting), and the goal continues it after
+    the run ended."""
+    register_script(
+        "auto-goal",
+        [
+            reply("first"),
+            code(CREATE_DONE),
+            reply("made it"),
+            code("await goal.complete()"),
+            reply("goal done"),
+        ],
+    )
+    spec = Spec(gates=(GATE,), max_turns=5)
+    async with make_runtime(home) as runtime:
+        runtime.controls.clear()  # as if the daemon died before the controls ran
+        session = await autonomous(runtime, "faux/auto-goal", work, spec, "go")
+        runtime.store.goals.create(session.id, "make done.txt", None)  # set, not yet prompted
+        session_id = session.id
+    async with make_runtime(home) as runtime:
+        await runtime.recover()
+        await runtime.autonomy.join()
+        session = runtime.get(session_id)
+        while session.running:
+            await session.wait_idle()
+        batches: list[list[str]] = [[]]
+        for record in session.history():
+            if isinstance(record.event, UserInput):
+                batches[-1].append(record.event.source)
+            elif isinstance(record.event, TurnEnded):
+                batches.append([])
+        continued = [b for b in batches[1:] if "gate" in b or "goal" in b]  # after the task
+        assert continued[0] == ["gate"]  # the gate alone, not the goal beside it
+        assert [g.status for g in gates(session)] == ["failed", "passed"]
+        assert run_end(session).outcome == "passed"
+        assert continued[1] == ["goal"]
+        assert session.last_answer == "goal done"
+
+
 # -- the gate runner ---------------------------------------------------------------------
 
 

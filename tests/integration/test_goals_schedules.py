@@ -388,3 +388,28 @@ async def test_heartbeats_from_a_kernel(home: Path, tmp_path: Path) -> None:
             ("pulse", "model"),
             (None, "model"),
         ]
+
+
+async def test_ticks_while_a_prompt_still_waits_do_not_pile_up(home: Path, tmp_path: Path) -> None:
+    register_script("slow", [reply("one check")])
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/slow", cwd=tmp_path)
+        job = runtime.scheduler.add(session.id, AddSchedule("every 10m", "check"), now=T0)
+        # Three ticks come due before the session has taken the first prompt
+        # (no await in between: its worker has not run yet).
+        delivered = [runtime.scheduler.tick(T0 + n * 600) for n in (1, 2, 3)]
+        assert [len(d) for d in delivered] == [1, 0, 0]
+        assert [m.sender for m in runtime.store.inbox.pending(session.id)] == [f"schedule:{job.id}"]
+        await idle(session)
+        assert [p.text for p in inputs(session)] == ["check"]
+        assert len(runtime.scheduler.tick(T0 + 4 * 600)) == 1  # taken: the next one goes out
+
+
+async def test_a_cron_that_never_comes_due_is_a_one_line_error(home: Path, tmp_path: Path) -> None:
+    register_script("never", [])
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/never", cwd=tmp_path)
+        with pytest.raises(UsageError, match="never comes due") as caught:
+            runtime.scheduler.add(session.id, AddSchedule("0 0 30 2 *", "leap"), now=T0)
+        assert "\n" not in str(caught.value)
+        assert runtime.scheduler.jobs(session.id) == []

@@ -59,6 +59,22 @@ def test_unanswered_calls_are_closed_before_the_conversation_moves_on() -> None:
     assert convo.messages[-1] == UserMessage("what happened?")
 
 
+def test_a_resumed_turn_closes_the_calls_that_never_ran() -> None:
+    # A crash after a reply with two calls, before the second cell started:
+    # the resumed turn calls the model with no new input or reply in between.
+    convo = Conversation(fenced=False)
+    convo.apply(
+        AssistantReply(
+            text="", tool_calls=(ToolCall("a", "python", "{}"), ToolCall("b", "python", "{}"))
+        )
+    )
+    convo.apply(finished("a", "interrupted"))
+    convo.close_unanswered()
+    results = [m for m in convo.snapshot() if isinstance(m, ToolResult)]
+    assert [r.call_id for r in results] == ["a", "b"] and "not run" in results[1].text
+    assert isinstance(convo.snapshot()[-1], ToolResult)
+
+
 def test_fenced_projection_feeds_outputs_back_as_user_messages() -> None:
     convo = Conversation(fenced=True)
     convo.apply(UserInput(text="task"))

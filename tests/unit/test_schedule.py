@@ -163,3 +163,13 @@ def test_counting_missed_cron_ticks_is_bounded() -> None:
     assert tick is not None
     assert tick.missed == MAX_MISSED_COUNT
     assert tick.next_at == now + 60  # the next minute after now
+
+
+def test_the_kernel_api_writes_seconds_the_parser_reads() -> None:
+    from recursa.api.goals import _spec
+
+    assert _spec(1_000_000, None, None) == "every 1000000s"
+    assert _spec(None, None, 90.5) == "in 90.5s"
+    assert parse(str(_spec(12 * 86400, None, None))).text
+    with pytest.raises(ValueError, match="finite"):
+        _spec(float("inf"), None, None)

@@ -14,6 +14,7 @@ judge, and comes back as a one-line UsageError.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from urllib.parse import quote
 
@@ -165,7 +166,11 @@ def _spec(every: object, cron: object, after: object) -> str | None:
         raise TypeError(f"{name} must be a duration such as '10m', or seconds; not {value!r}")
     if isinstance(value, str):
         return f"{word} {_text(value, name)}"
-    return f"{word} {float(value):g}s"
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{name} must be a finite number of seconds, not {value!r}")
+    text = str(int(seconds)) if seconds == int(seconds) else f"{seconds:.3f}".rstrip("0")
+    return f"{word} {text}s"
 
 
 def _mode(mode: object) -> str:

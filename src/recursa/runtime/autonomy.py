@@ -37,7 +37,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -449,10 +449,17 @@ class Autonomy:
 
     # -------------------------------------------------------------- restarts
 
-    def resume(self, sessions: Sequence[Session]) -> None:
+    def resume(
+        self,
+        sessions: Sequence[Session],
+        after_turn: Callable[[Session, TurnEnded], Awaitable[None]] | None = None,
+    ) -> list[str]:
         """After a restart: check the last turn of every run whose turn ended and
-        was never checked (the daemon stopped while its gates ran). In the
-        background; :meth:`aclose` cancels what is still going."""
+        was never checked (the daemon stopped while its gates ran), with
+        ``after_turn`` (every turn-end control, in order; default: this one
+        alone). In the background; :meth:`aclose` cancels what is still going.
+        Returns the ids of the sessions being checked."""
+        checked: list[str] = []
         for session in sessions:
             try:
                 state = self.state(session.id)
@@ -468,13 +475,23 @@ class Autonomy:
                 or end.turn <= state.checked_turn
             ):
                 continue
-            task = asyncio.create_task(self._resume(session, end), name=f"autonomy {session.id}")
+            task = asyncio.create_task(
+                self._resume(session, end, after_turn or self.after_turn),
+                name=f"autonomy {session.id}",
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            checked.append(session.id)
+        return checked
 
-    async def _resume(self, session: Session, end: TurnEnded) -> None:
+    async def _resume(
+        self,
+        session: Session,
+        end: TurnEnded,
+        after_turn: Callable[[Session, TurnEnded], Awaitable[None]],
+    ) -> None:
         try:
-            await self.after_turn(session, end)
+            await after_turn(session, end)
         except Exception:
             log.exception("session %s: checking its autonomous run failed", session.id)
 

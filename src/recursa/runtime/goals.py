@@ -25,6 +25,7 @@ again by the next restart. A graceful daemon stop does not pause it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from recursa.control import goals as decide
@@ -165,11 +166,15 @@ class Goals:
             case None:
                 pass
 
-    def resume_all(self) -> list[str]:
+    def resume_all(self, *, skip: Collection[str] = ()) -> list[str]:
         """After a restart: continue every active goal whose session is doing
-        nothing and has nothing queued. Returns those sessions' ids."""
+        nothing and has nothing queued (``skip``: sessions whose turn-end checks
+        run again anyway, which continue their goals in turn). Returns those
+        sessions' ids."""
         resumed: list[str] = []
         for goal in self.store.goals.active():
+            if goal.session_id in skip:
+                continue
             try:
                 session = self.runtime.get(goal.session_id)
                 if session.running or self.store.inbox.pending_count(session.id):

@@ -16,7 +16,6 @@ cut short, delivering queued messages) and starts the idle-unloading loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -570,8 +569,12 @@ class RuntimeHost:
         for task in (self._scheduler, self._ticks):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # a loop that died must not stop the shutdown
+                    log.exception("a background loop had failed")
         self._scheduler = self._ticks = None
         await self.runtime.aclose(snapshot=not force)
 

@@ -388,8 +388,11 @@ class Runtime:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("session %s: recovery failed: %s", session.id, result)
-        self.autonomy.resume(sessions)  # a turn whose gates the crash cut short
-        self.goals.resume_all()  # goals whose continuation the stop cut off
+        # A turn whose gates the crash cut short is checked again by every
+        # control in order (so its goal continues only if no gate does); other
+        # goals whose continuation the stop cut off are continued.
+        checked = self.autonomy.resume(sessions, self._after_turn)
+        self.goals.resume_all(skip=checked)
         # Kernels the last daemon left to nobody (its warm spares, one it was
         # handing to a session) are stopped; those of sessions it could not
         # bring back stay, for when they can come back.

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("recursa.runtime")
 
+MAX_MODEL_JOBS = 20
+"""Active schedules a model may keep for its session (a person's are not counted)."""
 CHECK_SECONDS = 30.0
 """The longest the scheduler sleeps without looking (a job added elsewhere,
 a wall clock that jumped)."""
@@ -113,6 +115,12 @@ class Scheduler:
         if row.status == "deleted":
             raise UsageError(f"session {row.id} was deleted")
         at = self.wall() if now is None else now
+        first = self._first_at(spec, at)
+        mine = [j for j in self.jobs(row.id) if j.created_by == "model"]
+        if by == "model" and len(mine) >= MAX_MODEL_JOBS:
+            raise UsageError(
+                f"a session may keep {MAX_MODEL_JOBS} active schedules; delete one first"
+            )
         with self.store.transaction():
             self._free(row.id, label)
             job = self.store.schedules.add(
@@ -120,12 +128,20 @@ class Scheduler:
                 prompt=prompt,
                 spec=spec.text,
                 mode=mode,
-                next_at=plan.first_at(spec, at, tz=self.tz),
+                next_at=first,
                 label=label,
                 created_by=by,
             )
         self.changed.set()
         return self.describe(job)
+
+    def _first_at(self, spec: plan.Spec, at: float) -> float:
+        """The spec's first time after ``at``; UsageError for one that never
+        comes (a cron expression for the 30th of February)."""
+        try:
+            return plan.first_at(spec, at, tz=self.tz)
+        except Exception as exc:  # croniter's own errors for impossible dates
+            raise UsageError(f"the schedule {spec.text!r} never comes due ({exc})") from None
 
     def jobs(self, session_id: str | None = None, *, finished: bool = False) -> list[ScheduleInfo]:
         """Jobs oldest first, of one session or all; active ones unless ``finished``."""
@@ -167,6 +183,7 @@ class Scheduler:
         if spec is None and prompt is None and mode is None and label is None:
             raise UsageError("nothing to change: give prompt, every, cron, mode or label")
         at = self.wall() if now is None else now
+        first = None if spec is None else self._first_at(spec, at)
         with self.store.transaction():
             if label is not None and label != job.label:
                 self._free(session_id, label)
@@ -174,7 +191,7 @@ class Scheduler:
                 job.id,
                 prompt=prompt,
                 spec=None if spec is None else spec.text,
-                next_at=None if spec is None else plan.first_at(spec, at, tz=self.tz),
+                next_at=first,
                 mode=mode,
                 label=label,
             )
@@ -269,6 +286,11 @@ class Scheduler:
             return None
         if not self.store.schedules.claim(job, next_at=tick.next_at, missed=tick.missed, now=now):
             return None  # claimed by someone else since it was read
+        sender = f"schedule:{job.id}"
+        if any(m.sender == sender for m in self.store.inbox.pending(job.session_id)):
+            # Its last prompt still waits (the session is busy or cannot load):
+            # this tick joins it rather than piling another copy behind it.
+            return None
         text = job.prompt
         if tick.missed:
             text += (
@@ -281,10 +303,10 @@ class Scheduler:
             # Queued all the same: the session takes it when it can load again.
             log.warning("scheduled job %d: session cannot load now: %s", job.id, exc)
             message = self.store.inbox.enqueue(
-                job.session_id, text, source="schedule", mode=job.mode
+                job.session_id, text, source="schedule", mode=job.mode, sender=sender
             )
         else:
-            message = session.send(text, mode=job.mode, source="schedule")
+            message = session.send(text, mode=job.mode, source="schedule", sender=sender)
         return Delivery(job.id, job.session_id, message.id, tick.due_at, tick.missed)
 
     def next_due(self) -> float | None:
@@ -296,14 +318,16 @@ class Scheduler:
         job's time, after ``check`` seconds at most, or when a job changes."""
         while True:
             self.changed.clear()
+            wait = check
             try:
                 self.tick()
-            except Exception:
+                due = self.next_due()
+                if due is not None:
+                    wait = min(check, due - self.wall())
+            except Exception:  # the store failed: try again later, never stop
                 log.exception("the scheduler's tick failed")
-            due = self.next_due()
-            wait = check if due is None else min(check, due - self.wall())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), max(MIN_WAIT_SECONDS, wait))
 
 
-__all__ = ["CHECK_SECONDS", "Delivery", "Scheduler"]
+__all__ = ["CHECK_SECONDS", "MAX_MODEL_JOBS", "Delivery", "Scheduler"]

@@ -342,10 +342,12 @@ def render_transcript(entries: Sequence[Entry], budget: int) -> str:
         cap = max(MIN_ITEM_CHARS, cap // 2)
     head = shown[:1] if entries and entries[0].kind == "summary" else []
     rest = shown[len(head) :]
+    total = sum(len(s) + 2 for s in head + rest)
     left_out = 0
-    while rest and sum(len(s) + 2 for s in head + rest) > budget:
-        rest = rest[1:]
+    while left_out < len(rest) and total > budget:  # a running total: linear, not quadratic
+        total -= len(rest[left_out]) + 2
         left_out += 1
+    rest = rest[left_out:]
     if left_out:
         rest = [f"[... {left_out} earlier items left out ...]", *rest]
     return "\n\n".join(head + rest)

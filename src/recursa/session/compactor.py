@@ -41,6 +41,7 @@ from recursa.protocol.events import (
 from recursa.protocol.history import CompactReply
 from recursa.session.compaction import (
     CHARS_PER_TOKEN,
+    MIN_TRANSCRIPT_CHARS,
     SUMMARY_SYSTEM,
     estimate,
     estimate_tokens,
@@ -144,7 +145,12 @@ class Compactor:
             detail = "nothing to compact: the context is only the current step"
             return CompactReply(False, tokens_before=before, detail=detail)
 
-        prompt = summary_prompt(entries[: cut.index], transcript_budget(window), instructions)
+        budget = transcript_budget(window)
+        if overflow:
+            # The request that overflowed was about ``before`` tokens: the real
+            # window is smaller than believed, so give the summary half of that.
+            budget = min(budget, max(MIN_TRANSCRIPT_CHARS, before * CHARS_PER_TOKEN // 2))
+        prompt = summary_prompt(entries[: cut.index], budget, instructions)
         wanted = summary_tokens(window)
         request = Request(
             model=deps.model_name,

@@ -200,6 +200,12 @@ class Conversation:
         self.entries.append(entry)
         return entry
 
+    def close_unanswered(self) -> None:
+        """Answer the calls of the last reply that never ran as not run: a turn
+        resumed after a crash that came between a reply and its later cells
+        calls the model again with no new input or reply to close them."""
+        self._close_unanswered()
+
     def _close_unanswered(self) -> None:
         """Every tool call must have a result before the conversation moves on
         (providers reject the request otherwise): a call cut off by an

@@ -242,6 +242,7 @@ class Session:
                         chars=len(LOST_CELL),
                     )
                 )
+            self._conversation.close_unanswered()
             self._start_worker(resume=cut)
         elif self.deps.store.inbox.pending_count(self.id):
             self._start_worker()
