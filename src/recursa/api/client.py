@@ -253,6 +253,19 @@ def _one_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+def text_arg(value: object, name: str) -> str:
+    """An argument that must be a non-empty str: TypeError or ValueError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} is empty")
+    return value
+
+
+def optional_text_arg(value: object, name: str) -> str | None:
+    return None if value is None else text_arg(value, name)
+
+
 __all__ = [
     "CALL_TIMEOUT",
     "ENV_SOCKET",
@@ -265,6 +278,8 @@ __all__ = [
     "decode",
     "decode_list",
     "malformed",
+    "optional_text_arg",
     "poll_timeout",
     "seconds",
+    "text_arg",
 ]

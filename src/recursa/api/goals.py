@@ -19,6 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 from recursa.api import client
+from recursa.api.client import optional_text_arg as _optional_text
+from recursa.api.client import text_arg as _text
 
 Info = dict[str, Any]
 """A goal: id, objective, status, budget, used, remaining, continued, detail, ...
@@ -177,18 +179,6 @@ def _mode(mode: object) -> str:
     if mode not in MODES:
         raise ValueError(f"mode must be 'steer' or 'follow_up', not {mode!r}")
     return str(mode)
-
-
-def _text(value: object, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{name} is empty")
-    return value
-
-
-def _optional_text(value: object, name: str) -> str | None:
-    return None if value is None else _text(value, name)
 
 
 def _path(job: object) -> str:

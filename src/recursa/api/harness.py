@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from recursa.api import client
+from recursa.api.client import text_arg as _text
 
 if TYPE_CHECKING:
     from recursa.protocol.wire import EditOp
@@ -253,14 +254,6 @@ def _ref(entry: object) -> str:
     if not entry.strip():
         raise ValueError("entry is empty")
     return entry
-
-
-def _text(value: object, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{name} is empty")
-    return value
 
 
 def _str(value: object, name: str) -> str:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from recursa.api import client
+from recursa.api.client import optional_text_arg as _option
+from recursa.api.client import text_arg as _text
 from recursa.api.messages import one_receipt, send_message
 from recursa.errors import SubagentFailed
 
@@ -267,18 +269,6 @@ def _positive(value: object, key: str, *, whole: bool) -> float:
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"budget {key} must be more than 0, not {value!r}")
     return number
-
-
-def _text(value: object, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{name} is empty")
-    return value
-
-
-def _option(value: object, name: str) -> str | None:
-    return None if value is None else _text(value, name)
 
 
 def _handle(data: object) -> Handle:

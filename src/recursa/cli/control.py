@@ -16,22 +16,18 @@ that cannot work is refused with one line before that.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import dump as _dump
+from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
-from recursa.config import environment, load_config
 from recursa.control import goals as goal_rules
 from recursa.control import schedule as plan
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
 from recursa.errors import UsageError
 from recursa.protocol.control import AddSchedule, GoalAction, GoalInfo, ScheduleInfo
 from recursa.protocol.wire import to_json
@@ -51,20 +47,6 @@ T = TypeVar("T")
 
 SessionArg = Annotated[str, typer.Argument(help="Session id, id prefix or name.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
-
-
-def _with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
-    async def go() -> T:
-        config = load_config()
-        await process.ensure_running(config.home, env=environment())
-        async with DaemonClient(config.home) as client:
-            return await work(client)
-
-    return asyncio.run(go())
-
-
-def _dump(value: object) -> None:
-    print(json.dumps(value, ensure_ascii=False))
 
 
 def _when(seconds: float | None) -> str:

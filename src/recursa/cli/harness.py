@@ -9,20 +9,17 @@ daemon and start one when none runs.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import dump as _dump
+from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
-from recursa.config import environment, load_config
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
 from recursa.errors import UsageError
 from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
 
@@ -40,20 +37,6 @@ T = TypeVar("T")
 
 EntryArg = Annotated[str, typer.Argument(help="Entry id, id prefix or title.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
-
-
-def _with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
-    async def go() -> T:
-        config = load_config()
-        await process.ensure_running(config.home, env=environment())
-        async with DaemonClient(config.home) as client:
-            return await work(client)
-
-    return asyncio.run(go())
-
-
-def _dump(value: object) -> None:
-    print(json.dumps(value, ensure_ascii=False))
 
 
 def _when(seconds: float) -> str:

@@ -1,0 +1,34 @@
+"""What the CLI's command groups share: a daemon client for one command, JSON out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from recursa.config import environment, load_config
+from recursa.daemon import process
+from recursa.daemon.client import DaemonClient
+
+T = TypeVar("T")
+
+
+def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
+    """Run ``work`` with a client of the daemon, starting one when none runs."""
+
+    async def go() -> T:
+        config = load_config()
+        await process.ensure_running(config.home, env=environment())
+        async with DaemonClient(config.home) as client:
+            return await work(client)
+
+    return asyncio.run(go())
+
+
+def dump(value: object) -> None:
+    """One JSON document on stdout."""
+    print(json.dumps(value, ensure_ascii=False))
+
+
+__all__ = ["dump", "with_client"]
