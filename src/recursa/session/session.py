@@ -145,6 +145,9 @@ class Session:
         self._conversation = Conversation(fenced=self.fenced)
         self._context_files = find_context_files(cwd)
         self._system = self._build_system()
+        self._prelude: tuple[str, str] | None = None
+        """The kernel's prelude (skills) for this turn: read once per turn, like
+        the system prompt, so the harness's state is fixed within a turn."""
         self._compactor = Compactor(
             CompactorDeps(
                 session_id=session_id,
@@ -172,7 +175,7 @@ class Session:
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
                 kernel_env=deps.kernel_env,
-                prelude=deps.prelude,
+                prelude=lambda: self._prelude,
             ),
         )
         self._listeners: list[Callable[[EventRecord], None]] = []
@@ -440,6 +443,7 @@ class Session:
             self._turns += 1
         turn = self._turns if cut_turn is None else cut_turn
         self._system = self._build_system()
+        self._prelude = self._build_prelude()
         hooks = TurnHooks(
             model=self._call_model,
             request=self._request,
@@ -498,6 +502,15 @@ class Session:
                 log.exception("session %s: building the supplemental prompt failed", self.id)
         base = FENCED_PROMPT if self.fenced else BASE_PROMPT
         return system_prompt(base, self._context_files, supplements)
+
+    def _build_prelude(self) -> tuple[str, str] | None:
+        if self.deps.prelude is None:
+            return None
+        try:
+            return self.deps.prelude()
+        except Exception:  # the harness must not stop the session
+            log.exception("session %s: building the kernel prelude failed", self.id)
+            return None
 
     def _end(self, ended: TurnEnded) -> None:
         """Record the turn's end and run the turn-end hook in one transaction:
