@@ -50,6 +50,22 @@ def recursa(
     )
 
 
+def ok(args: Sequence[str], env: Mapping[str, str], cwd: Path) -> str:
+    """Run the CLI; it must exit 0. Its stdout."""
+    result = recursa(args, env, cwd)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def fails(args: Sequence[str], env: Mapping[str, str], cwd: Path, code: int) -> str:
+    """The one line a failing command prints, checked: exit ``code``, no traceback."""
+    result = recursa(args, env, cwd)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("recursa: ")
+    return line
+
+
 def daemon_pid(home: Path) -> int:
     state = read_state(DaemonPaths.for_home(home))
     assert state is not None, "no daemon state file"

@@ -4,12 +4,10 @@ a real daemon and the loopback fake server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from daemon_kit import daemon_env, kill_everything
 from daemon_kit import recursa as recursa_cli
 from recursa.config import Limits
 from recursa.control.autonomous import RunState, Spec
@@ -293,18 +291,6 @@ async def test_a_gate_in_a_missing_directory_is_an_error(tmp_path: Path) -> None
 
 def python(source: str) -> ToolCallSpec:
     return ToolCallSpec("python", {"code": source})
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with FakeModelServer.in_thread() as fake:
-        yield fake
-
-
-@pytest.fixture
-def env(home: Path, server: FakeModelServer) -> Iterator[dict[str, str]]:
-    yield daemon_env(home, server)
-    kill_everything(home)
 
 
 def test_the_cli_runs_until_the_gate_passes(

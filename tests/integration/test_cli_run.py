@@ -9,10 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import pytest
 
 from recursa.testing import FakeModelServer, Fault, Reply, ToolCallSpec
 
@@ -46,12 +44,6 @@ def recursa(
         timeout=timeout,
         check=False,
     )
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with FakeModelServer.in_thread() as fake:
-        yield fake
 
 
 def openai_env(server: FakeModelServer, home: Path) -> dict[str, str]:

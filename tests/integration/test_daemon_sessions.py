@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from daemon_kit import (
     agents,
@@ -23,18 +20,6 @@ from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 
 def python(code: str) -> ToolCallSpec:
     return ToolCallSpec("python", {"code": code})
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with FakeModelServer.in_thread() as fake:
-        yield fake
-
-
-@pytest.fixture
-def env(home: Path, server: FakeModelServer) -> Iterator[dict[str, str]]:
-    yield daemon_env(home, server)
-    kill_everything(home)
 
 
 def wait_idle(env: dict[str, str], cwd: Path, session: str) -> None:

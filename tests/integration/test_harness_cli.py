@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon_kit import daemon_env, kill_everything, recursa
+from daemon_kit import fails, ok, recursa
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 
 SKILL = "async def square_sum(n):\n    return sum(i*i for i in range(n+1))"
@@ -65,27 +65,6 @@ def respond(path: str, body: dict[str, Any]) -> Reply:
 def server() -> Iterator[FakeModelServer]:
     with FakeModelServer.in_thread(responder=respond) as fake:
         yield fake
-
-
-@pytest.fixture
-def env(home: Path, server: FakeModelServer) -> Iterator[dict[str, str]]:
-    yield daemon_env(home, server)
-    kill_everything(home)
-
-
-def ok(args: list[str], env: dict[str, str], cwd: Path) -> str:
-    result = recursa(args, env, cwd)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def fails(args: list[str], env: dict[str, str], cwd: Path, code: int) -> str:
-    """The one line a failing command prints, checked: exit ``code``, no traceback."""
-    result = recursa(args, env, cwd)
-    assert result.returncode == code, (result.stdout, result.stderr)
-    [line] = result.stderr.strip().splitlines()
-    assert line.startswith("recursa: ")
-    return line
 
 
 def run(task: str, env: dict[str, str], cwd: Path) -> tuple[str, str]:
