@@ -62,7 +62,7 @@ class Harness:
             edit = replace(edit, entry_id=edit.entry_id or new_entry_id())
             current = None
         else:
-            current = self._visible(session_id, edit.entry_id)
+            current = self.visible(session_id, edit.entry_id)
             edit = replace(edit, entry_id=current.entry_id)
         checked = validate(edit, current)
         if checked.op == "create" and checked.kind in ("skill", "subagent_spec"):
@@ -358,9 +358,6 @@ class Harness:
                 return entry
         raise UsageError(f"no active subagent_spec named {name!r} (harness.list() shows entries)")
 
-    def visible(self, session_id: str, ref: str) -> EntryVersion:
-        return self._visible(session_id, ref)
-
     def diff(self, ref: str, from_version: int | None = None, to_version: int | None = None) -> str:
         """A unified diff between two versions (default: the one before the
         newest, and the newest)."""
@@ -383,7 +380,7 @@ class Harness:
     def _sees(self, session_id: str, entry: EntryVersion) -> bool:
         return entry.scope == "global" or entry.session_id == session_id
 
-    def _visible(self, session_id: str, ref: str) -> EntryVersion:
+    def visible(self, session_id: str, ref: str) -> EntryVersion:
         found = self.store.harness.find(ref)
         if found is None or not self._sees(session_id, found):
             raise NotFound(f"no harness entry {ref!r}")

@@ -1,0 +1,202 @@
+"""The kernel-side API as the runtime answers it: the methods of
+:class:`recursa.daemon.host.KernelHost` (structurally), a base of
+:class:`recursa.runtime.host.RuntimeHost`. The caller is always the session
+of the kernel's token; these methods never take it from a request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from recursa.errors import NotFound, UsageError
+from recursa.harness.entries import reason_text
+from recursa.protocol.control import (
+    AddSchedule,
+    GoalInfo,
+    ScheduleInfo,
+    UpdateSchedule,
+)
+from recursa.protocol.harness import Edit, EntryVersion, Provenance
+from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
+from recursa.protocol.wire import (
+    AgentMessage,
+    Handle,
+    HarnessEdit,
+    HarnessEntry,
+    HarnessReceipt,
+    InboxMessage,
+    Receipt,
+    RefineReply,
+    Spawn,
+)
+from recursa.runtime.runtime import Runtime
+from recursa.store import history
+
+if TYPE_CHECKING:
+    from recursa.store import Store
+
+
+class KernelApi:
+    """Sub-agents, messages, the harness, history, goals and heartbeats, for
+    the session whose kernel calls."""
+
+    runtime: Runtime
+    store: Store
+
+    # ---------------------------------------------------- the kernel-side API
+
+    def session_of_token(self, token: str) -> str | None:
+        session = self.store.tokens.session_of(token)
+        if session is None:
+            return None
+        return None if self.store.session(session).status == "deleted" else session
+
+    async def spawn(self, caller: str, request: Spawn) -> Handle:
+        return self.runtime.tree.spawn(caller, request)
+
+    async def subagents(self, caller: str) -> list[Handle]:
+        return self.runtime.tree.children(caller)
+
+    async def subagent(self, caller: str, ref: str) -> Handle:
+        return self.runtime.tree.handle(self.runtime.tree.child(caller, ref))
+
+    async def wait(self, caller: str, ref: str, timeout: float | None) -> Handle:  # noqa: ASYNC109
+        return await self.runtime.tree.wait(caller, ref, timeout)
+
+    async def delete_subagent(self, caller: str, ref: str) -> Handle:
+        return await self.runtime.tree.delete(caller, ref)
+
+    async def message(self, caller: str, request: AgentMessage) -> list[Receipt]:
+        return self.runtime.tree.message(caller, request)
+
+    async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
+        return await self.runtime.tree.inbox(caller, wait)
+
+    # --------------------------------------------- the harness, from a kernel
+
+    async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
+        # The evidence of a model's edit: the caller's latest event when it asked
+        # (the cell that made it has started by then).
+        last = self.store.last_seq(caller)
+        staged = Edit(
+            op=edit.op,
+            entry_id=edit.entry or "",
+            kind=edit.kind,
+            title=edit.title,
+            content=edit.content,
+            code=edit.code,
+            scope=edit.scope,
+            meta=edit.meta,
+            to_version=edit.to_version,
+            provenance=Provenance(
+                reason=reason_text(edit.reason),
+                effect=reason_text(edit.effect),
+                source_events=(last,) if last else (),
+            ),
+            actor="model",
+        )
+        if edit.op != "create":
+            self._visible(caller, edit.entry or "")  # a staged-only entry says so
+        receipt = self.runtime.learning.harness.stage(caller, staged)
+        staged_id = receipt["staged"]
+        return HarnessReceipt(
+            entry_id=str(receipt["entry_id"]),
+            op=edit.op,
+            staged=staged_id if isinstance(staged_id, int) else 0,
+            applies=str(receipt["applies"]),
+        )
+
+    async def visible_entries(
+        self, caller: str, kind: str | None, scope: str | None, status: str | None
+    ) -> list[HarnessEntry]:
+        harness = self.runtime.learning.harness
+        entries = harness.entries(session_id=caller, kind=kind, scope=scope, status=status)
+        return [HarnessEntry.of(entry) for entry in entries]
+
+    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
+        return HarnessEntry.of(self._visible(caller, ref))
+
+    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
+        entry = self._visible(caller, ref)
+        return [HarnessEntry.of(version) for version in self.store.harness.history(entry.entry_id)]
+
+    async def visible_diff(
+        self, caller: str, ref: str, from_version: int | None, to_version: int | None
+    ) -> str:
+        entry = self._visible(caller, ref)
+        return self.runtime.learning.harness.diff(entry.entry_id, from_version, to_version)
+
+    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
+        return await self._refine(caller, instructions)
+
+    # ----------------------------------- the caller's history and context, from a kernel
+
+    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
+        skip = history.running_step(self.store, caller)  # the searching cell's own code
+        return history.search(self.store, caller, query, limit=limit, skip=skip)
+
+    async def history_events(
+        self, caller: str, type: str | None, after: int | None, limit: int
+    ) -> list[HistoryEvent]:
+        return history.recent(self.store, caller, type=type, after=after, limit=limit)
+
+    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
+        return history.turn(self.store, caller, turn, limit=limit)
+
+    async def history_output(self, caller: str, cell: int) -> str:
+        text = self.store.cell_output(caller, cell)
+        if text is None:
+            raise NotFound(f"this session has no cell {cell}")
+        return text
+
+    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
+        return await self.runtime.get(caller).compact(instructions)
+
+    def _visible(self, caller: str, ref: str) -> EntryVersion:
+        """The entry ``caller`` can see by ``ref``; NotFound otherwise, saying when
+        it is only staged so far (an edit applies when the turn ends)."""
+        try:
+            return self.runtime.learning.harness.visible(caller, ref)
+        except NotFound:
+            for staged in self.store.harness.staged(caller):
+                edit = staged.edit
+                if ref in (edit.entry_id, edit.title) or (
+                    len(ref) >= 4 and edit.entry_id.startswith(ref)
+                ):
+                    raise NotFound(
+                        f"no harness entry {ref!r} yet: it is staged, and applies when this"
+                        " turn ends"
+                    ) from None
+            raise
+
+    # --------------------------------------------- goals and heartbeats, from a kernel
+
+    async def caller_goal(self, caller: str) -> GoalInfo | None:
+        return self.runtime.goals.info(caller)
+
+    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
+        return self.runtime.goals.complete(caller, summary)
+
+    async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
+        return self.runtime.scheduler.add(caller, request, by="model")
+
+    async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
+        return self.runtime.scheduler.jobs(caller)
+
+    async def heartbeat_update(
+        self, caller: str, ref: str, request: UpdateSchedule
+    ) -> ScheduleInfo:
+        return self.runtime.scheduler.update(caller, ref, request, by="model")
+
+    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
+        scheduler = self.runtime.scheduler
+        return scheduler.cancel(scheduler.find(caller, ref).id, session_id=caller, by="model")
+
+    async def _refine(self, session_id: str, instructions: str | None) -> RefineReply:
+        if self.store.session(session_id).status == "deleted":
+            raise UsageError(f"session {session_id} was deleted")
+        result = await self.runtime.learning.refine(session_id, instructions)
+        return RefineReply(result.refinement_id, result.staged, result.problems)
+
+
+__all__ = ["KernelApi"]
