@@ -247,12 +247,34 @@ def json_line(value: dict[str, object], out: TextIO) -> None:
     out.flush()
 
 
+def result_line(
+    session_id: str,
+    end: TurnEnded | None,
+    detail: str,
+    totals: Usage,
+    elapsed: float,
+    **extra: object,
+) -> dict[str, object]:
+    """The last JSON line of ``recursa run --json``: how the run ended."""
+    return {
+        "type": "result",
+        "session_id": session_id,
+        "reason": end.reason if end else None,
+        "answer": end.answer if end else None,
+        "detail": detail,
+        **extra,
+        "usage": usage_dict(totals),
+        "elapsed": round(elapsed, 3),
+    }
+
+
 __all__ = [
     "LIMIT_REASONS",
     "SHOWN_CELL_CHARS",
     "TranscriptPrinter",
     "json_line",
     "printable",
+    "result_line",
     "usage_dict",
     "usage_line",
     "usage_of",

@@ -30,12 +30,14 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
+from recursa.cli import autonomous as autonomous_run
+from recursa.cli.autonomous import EXIT_BY_REASON
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import (
     LIMIT_REASONS,
     TranscriptPrinter,
     json_line,
-    usage_dict,
+    result_line,
     usage_line,
     usage_of,
 )
@@ -58,21 +60,6 @@ from recursa.runtime.autonomy import spec_of
 from recursa.runtime.host import RuntimeHost
 from recursa.session import Session
 from recursa.session.compaction import check_context_window
-
-EXIT_LIMIT = 8
-
-EXIT_BY_REASON = {
-    "answered": 0,
-    "provider_error": 4,
-    "max_steps": EXIT_LIMIT,
-    "max_tokens": EXIT_LIMIT,
-    "max_time": EXIT_LIMIT,
-    "budget": EXIT_LIMIT,
-    "empty_reply": 9,
-    "stuck": 9,
-    "interrupted": 130,
-    "internal_error": 1,
-}
 
 
 @app.command()
@@ -156,7 +143,7 @@ def run(
     if not interactive and not (task and task.strip()):
         raise UsageError("recursa run needs a TASK (or --interactive)")
     config = load_config()
-    plan = _autonomous_plan(
+    plan = autonomous_run.plan(
         autonomous, gate, max_turns, max_tokens, max_cost, max_time, gate_timeout, interactive
     )
     if plan is not None:  # --max-tokens and --max-time bound the whole run, not each turn
@@ -212,59 +199,6 @@ def run(
     raise typer.Exit(code)
 
 
-def _autonomous_plan(
-    autonomous: bool,
-    gates: list[str] | None,
-    max_turns: int | None,
-    max_tokens: int | None,
-    max_cost: float | None,
-    max_time: str | None,
-    gate_timeout: str | None,
-    interactive: bool,
-) -> Autonomous | None:
-    """The autonomous run the flags ask for (None: not autonomous), or a UsageError."""
-    if not autonomous:
-        given = [
-            flag
-            for flag, value in (
-                ("--gate", gates),
-                ("--max-turns", max_turns),
-                ("--max-cost", max_cost),
-                ("--gate-timeout", gate_timeout),
-            )
-            if value
-        ]
-        if given:
-            raise UsageError(f"{', '.join(given)} needs --autonomous")
-        return None
-    if interactive:
-        raise UsageError("--autonomous runs on its own: it takes no --interactive")
-    if not gates:
-        raise UsageError("--autonomous needs at least one --gate COMMAND")
-    return Autonomous(
-        gates=tuple(gates),
-        max_turns=max_turns or None,
-        max_tokens=max_tokens or None,
-        max_cost=max_cost or None,
-        max_time=parse_duration(max_time, key="--max-time") if max_time is not None else None,
-        gate_timeout=parse_duration(gate_timeout, key="--gate-timeout")
-        if gate_timeout is not None
-        else None,
-    )
-
-
-def _autonomous_exit(end: AutonomousEnded | None, last: TurnEnded | None) -> int:
-    """0 only when the gates passed; a reached limit is 8; a failed turn exits by
-    its reason; a run that did not end (interrupted, detached) by its last turn,
-    never 0."""
-    if end is not None and end.outcome == "passed":
-        return 0
-    if end is not None and end.outcome != "error":
-        return EXIT_LIMIT
-    code = EXIT_BY_REASON.get(last.reason, 1) if last is not None else 1
-    return code or 1
-
-
 async def _run_in_daemon(
     config: Config, request: CreateSession, json_lines: bool, interactive: bool, detach: bool
 ) -> int:
@@ -301,11 +235,11 @@ async def _run_in_daemon(
         return 130
     elapsed = time.monotonic() - started
     if request.autonomous is not None:
-        _finish_autonomous(
+        autonomous_run.finish(
             info.id, state.autonomous_end, state.last_end, usage, printer, json_lines, elapsed
         )
         _children_summary(tree, children, json_lines)
-        return _autonomous_exit(state.autonomous_end, state.last_end)
+        return autonomous_run.exit_code(state.autonomous_end, state.last_end)
     _finish(info.id, state.last_end, usage, printer, json_lines, elapsed)
     _children_summary(tree, children, json_lines)
     return EXIT_BY_REASON.get(state.last_end.reason, 1) if state.last_end is not None else 0
@@ -423,9 +357,9 @@ async def _run(
             interrupts.remove()
         totals = usage_of(runtime.store.usage_totals(session.id))
         elapsed = time.monotonic() - started
-        run_end = _run_end(runtime, session.id) if spec is not None else None
+        run_end = autonomous_run.run_end(runtime, session.id) if spec is not None else None
         if spec is not None:
-            _finish_autonomous(session.id, run_end, end, totals, printer, json_lines, elapsed)
+            autonomous_run.finish(session.id, run_end, end, totals, printer, json_lines, elapsed)
         else:
             _finish(session.id, end, totals, printer, json_lines, elapsed)
         tree = runtime.tree.usage(session.id)
@@ -447,16 +381,8 @@ async def _run(
         if interrupts.hard:
             return 130
         if spec is not None:
-            return _autonomous_exit(run_end, end)
+            return autonomous_run.exit_code(run_end, end)
         return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
-
-
-def _run_end(runtime: Runtime, session_id: str) -> AutonomousEnded | None:
-    """How the session's autonomous run ended (None: it has not)."""
-    state = runtime.autonomy.state(session_id)
-    if state is None or state.outcome is None:
-        return None
-    return AutonomousEnded(outcome=state.outcome, detail=state.detail, turns=state.turns)
 
 
 async def _turn(
@@ -495,16 +421,8 @@ def _finish(
     elapsed: float,
 ) -> None:
     if json_lines:
-        result: dict[str, object] = {
-            "type": "result",
-            "session_id": session_id,
-            "reason": end.reason if end else None,
-            "answer": end.answer if end else None,
-            "detail": end.detail if end else "",
-            "usage": usage_dict(totals),
-            "elapsed": round(elapsed, 3),
-        }
-        json_line(result, sys.stdout)
+        detail = end.detail if end else ""
+        json_line(result_line(session_id, end, detail, totals, elapsed), sys.stdout)
         return
     printer.summary(totals, elapsed)
     if end is None or end.reason == "answered":
@@ -513,43 +431,6 @@ def _finish(
         print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
     else:
         print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
-
-
-def _finish_autonomous(
-    session_id: str,
-    run_end: AutonomousEnded | None,
-    end: TurnEnded | None,
-    totals: Usage,
-    printer: TranscriptPrinter,
-    json_lines: bool,
-    elapsed: float,
-) -> None:
-    """The last word on an autonomous run: exactly why it ended, or that it has
-    not (its turn was interrupted: it goes on with the next message)."""
-    if run_end is not None:
-        line = run_end.detail
-    else:
-        why = f"the last turn ended ({end.reason})" if end is not None else "no turn ended"
-        line = f"autonomous: not finished, {why}; it goes on with: recursa send {session_id} TEXT"
-    if json_lines:
-        result: dict[str, object] = {
-            "type": "result",
-            "session_id": session_id,
-            "reason": end.reason if end else None,
-            "answer": end.answer if end else None,
-            "detail": line,
-            "autonomous": {
-                "outcome": run_end.outcome if run_end else None,
-                "passed": run_end is not None and run_end.outcome == "passed",
-                "turns": run_end.turns if run_end else None,
-            },
-            "usage": usage_dict(totals),
-            "elapsed": round(elapsed, 3),
-        }
-        json_line(result, sys.stdout)
-        return
-    printer.summary(totals, elapsed)
-    print(f"recursa: {line}", file=sys.stderr)
 
 
 class _Interrupts:
