@@ -131,9 +131,22 @@ class SubagentFailed(RecursaError):
     ended without an answer; the message says why (its last turn's reason)."""
 
 
+WIRE_EXCEPTIONS: dict[str, type[RecursaError]] = {
+    "not_found": NotFound,
+    "auth": AuthError,
+    "unavailable": ModelUnavailable,
+    "invalid": UsageError,
+    "uncertain": UncertainCommand,
+    "conflict": StoreError,
+    "internal": DaemonError,
+}
+"""The exception a client raises for a daemon's error of each kind (the daemon
+client's and the kernel API's; :mod:`recursa.daemon.errormap` maps the other way)."""
+
 __all__ = [
     "FAILURE_KINDS",
     "RETRYABLE_KINDS",
+    "WIRE_EXCEPTIONS",
     "AuthError",
     "ConfigError",
     "DaemonError",

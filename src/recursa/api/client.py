@@ -29,14 +29,10 @@ import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from recursa.errors import (
+    WIRE_EXCEPTIONS,
     AuthError,
     DaemonError,
-    ModelUnavailable,
-    NotFound,
     RecursaError,
-    StoreError,
-    UncertainCommand,
-    UsageError,
 )
 
 if TYPE_CHECKING:
@@ -58,17 +54,7 @@ KEEPALIVE_SECONDS = 2.0
 MAX_WAIT_SECONDS = 86_400.0
 """The longest wait a long poll may ask for (the daemon's limit too)."""
 
-_EXCEPTIONS: dict[str, type[RecursaError]] = {
-    # Mirrors the client side of recursa.daemon.errormap (this layer cannot
-    # import the daemon's); tests check that the two agree.
-    "not_found": NotFound,
-    "auth": AuthError,
-    "unavailable": ModelUnavailable,
-    "invalid": UsageError,
-    "uncertain": UncertainCommand,
-    "conflict": StoreError,
-    "internal": DaemonError,
-}
+_EXCEPTIONS = WIRE_EXCEPTIONS
 
 
 class _Connection:

@@ -24,6 +24,7 @@ DaemonError. Messages are always one line.
 from __future__ import annotations
 
 from recursa.errors import (
+    WIRE_EXCEPTIONS,
     AuthError,
     ConfigError,
     DaemonError,
@@ -49,15 +50,7 @@ _KINDS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     (StoreError, "conflict"),
 )
 
-_EXCEPTIONS: dict[str, type[RecursaError]] = {
-    "not_found": NotFound,
-    "auth": AuthError,
-    "unavailable": ModelUnavailable,
-    "invalid": UsageError,
-    "uncertain": UncertainCommand,
-    "conflict": StoreError,
-    "internal": DaemonError,
-}
+_EXCEPTIONS = WIRE_EXCEPTIONS
 
 
 def one_line(text: str) -> str:

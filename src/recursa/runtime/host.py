@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from recursa import __version__
 from recursa.config import Config, Limits
@@ -301,25 +301,29 @@ class RuntimeHost(KernelApi):
     async def harness_approve(
         self, ref: str, reason: str, command: CommandKey | None
     ) -> HarnessEntry:
-        harness = self.runtime.learning.harness
-        checked = reason_text(reason)
-        return self._once_as(
-            HarnessEntry,
-            command,
-            "harness_approve",
-            lambda: HarnessEntry.of(harness.approve(ref, checked)),
-        )
+        return self._decide("approve", ref, reason, command)
 
     async def harness_reject(
         self, ref: str, reason: str, command: CommandKey | None
     ) -> HarnessEntry:
+        return self._decide("reject", ref, reason, command)
+
+    def _decide(
+        self,
+        action: Literal["approve", "reject"],
+        ref: str,
+        reason: str,
+        command: CommandKey | None,
+    ) -> HarnessEntry:
+        """A person's decision on a proposed entry, once per command."""
         harness = self.runtime.learning.harness
+        decide = harness.approve if action == "approve" else harness.reject
         checked = reason_text(reason)
         return self._once_as(
             HarnessEntry,
             command,
-            "harness_reject",
-            lambda: HarnessEntry.of(harness.reject(ref, checked)),
+            f"harness_{action}",
+            lambda: HarnessEntry.of(decide(ref, checked)),
         )
 
     async def harness_prompt(self, session: str) -> HarnessPrompt:
