@@ -77,9 +77,14 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Annotated, Any, Literal, TextIO
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from recursa import duration
+from recursa.duration import Duration
 from recursa.errors import ConfigError
+from recursa.validation import one_line, within
 
 ProviderKind = Literal["openai", "anthropic"]
 
@@ -257,24 +262,13 @@ class Config:
 
 
 def parse_duration(value: object, *, key: str) -> float | None:
-    """``"90s"``, ``"30m"``, ``"2h"``, ``"1d"`` or a number of seconds; 0 means no limit."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration like '30m', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value)
-        if not match:
-            raise ConfigError(
-                f"{key}: expected a duration like '90s', '30m' or '2h', got {value!r}"
-            )
-        unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-        seconds = float(match.group(1)) * unit
-    else:
-        raise ConfigError(f"{key}: expected a duration like '30m', got {value!r}")
-    if seconds < 0:
-        raise ConfigError(f"{key}: a duration cannot be negative")
-    return seconds or None
+    """Seconds from a duration (:mod:`recursa.duration`: ``"90s"``, ``"1h30m"``,
+    ``"2d"`` or a number of seconds) given as ``key`` (a flag or a field);
+    0 means no limit (None). :class:`ConfigError` names ``key`` when it is none."""
+    try:
+        return duration.parse_duration(value) or None
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def environment() -> dict[str, str]:
@@ -293,6 +287,115 @@ def color_enabled(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
+# --- the file's schema: what config.toml may hold, checked once ---------------------
+
+DAY = 86_400.0
+YEAR = 366 * DAY
+"""The longest time limit, interval or timeout a field accepts: longer is a typo."""
+MAX_RETRIES = 100
+MAX_COUNT = 10**12
+"""The largest count a field accepts (tokens per run): more is a typo, not a budget."""
+HARNESS_KINDS = ("skill", "prompt_note", "memory", "subagent_spec")
+
+Whole = Annotated[int, within(0, MAX_COUNT)]
+Money = Annotated[float, within(0, 1_000_000)]
+"""USD per million tokens."""
+
+
+class _Table(BaseModel):
+    """A TOML table: no unknown keys, no coercion (``"5"`` is not 5), frozen."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ProviderTable(_Table):
+    """``[providers.NAME]``; ``kind`` may be left out for the built-in names."""
+
+    kind: ProviderKind | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    timeout: Annotated[Duration, within(0, DAY, duration=True, above=True)] = (
+        DEFAULT_PROVIDER_TIMEOUT
+    )
+    max_retries: Annotated[int, within(0, MAX_RETRIES)] = DEFAULT_MAX_RETRIES
+
+
+class PriceTable(_Table):
+    """``[prices."PROVIDER/MODEL"]``."""
+
+    input: Money
+    output: Money
+    cached_input: Money | None = None
+    cache_write: Money | None = None
+
+
+class LimitsTable(_Table):
+    max_steps: Annotated[int, within(0, 1_000_000)] = DEFAULT_MAX_STEPS
+    max_tokens: Whole = 0
+    max_time: Annotated[Duration, within(0, YEAR, duration=True)] = 0.0
+    cell_timeout: Annotated[Duration, within(0, YEAR, duration=True)] = DEFAULT_CELL_TIMEOUT
+    output_chars: Annotated[int, within(200, 100_000_000)] = DEFAULT_OUTPUT_CHARS
+
+
+class KernelTable(_Table):
+    env_allow: list[str] = []
+    startup_timeout: Annotated[Duration, within(0, DAY, duration=True)] = (
+        DEFAULT_KERNEL_STARTUP_TIMEOUT
+    )
+    # No grace would be no limit: a cell that ignores its interrupt would never end.
+    interrupt_grace: Annotated[Duration, within(0, 3600, duration=True, above=True)] = (
+        DEFAULT_KERNEL_INTERRUPT_GRACE
+    )
+    max_output_chars: Annotated[int, within(MIN_KERNEL_MAX_OUTPUT_CHARS, 2**31)] = (
+        DEFAULT_KERNEL_MAX_OUTPUT_CHARS
+    )
+
+
+class SessionsTable(_Table):
+    idle_timeout: Annotated[Duration, within(0, YEAR, duration=True)] = DEFAULT_IDLE_TIMEOUT
+    snapshot_max_mb: Annotated[int, within(0, 1 << 20)] = DEFAULT_SNAPSHOT_MAX_MB
+    checkpoint: Literal["turn", "unload"] = "turn"
+    max_kernels: Annotated[int, within(1, 10_000)] = DEFAULT_MAX_KERNELS
+
+
+class AgentsTable(_Table):
+    max_depth: Annotated[int, within(0, 100)] = DEFAULT_MAX_DEPTH
+    max_message_chars: Annotated[int, within(1, 100_000_000)] = DEFAULT_MAX_MESSAGE_CHARS
+    max_pending: Annotated[int, within(1, 1_000_000)] = DEFAULT_MAX_PENDING
+    messages_per_minute: Annotated[int, within(1, 1_000_000)] = DEFAULT_MESSAGES_PER_MINUTE
+
+
+class HarnessTable(_Table):
+    review_skill: ReviewPolicy = "human"
+    review_prompt_note: ReviewPolicy = "model"
+    review_memory: ReviewPolicy = "model"
+    review_subagent_spec: ReviewPolicy = "model"
+    reviewer_model: str = ""
+    max_prompt_chars: Annotated[int, within(0, 10_000_000)] = DEFAULT_HARNESS_PROMPT_CHARS
+
+
+class LocalTable(_Table):
+    n_ctx: Annotated[int, within(512, 1 << 24)] = DEFAULT_LOCAL_N_CTX
+    threads: Annotated[int, within(0, 4096)] = 0
+    models_dir: str | None = None
+
+
+class ConfigFile(_Table):
+    """The whole of ``config.toml`` (the module docstring documents every key)."""
+
+    model: str | None = None
+    providers: dict[str, ProviderTable] = {}
+    prices: dict[str, PriceTable] = {}
+    context_windows: dict[str, Annotated[int, within(1, 1 << 30)]] = {}
+    limits: LimitsTable = LimitsTable()
+    kernel: KernelTable = KernelTable()
+    sessions: SessionsTable = SessionsTable()
+    agents: AgentsTable = AgentsTable()
+    harness: HarnessTable = HarnessTable()
+    local: LocalTable = LocalTable()
+
+
 def load_config(
     env: Mapping[str, str] | None = None,
     *,
@@ -303,77 +406,65 @@ def load_config(
 
     ``env`` defaults to ``os.environ``; ``overrides`` are laid over it (tests
     use them to point RECURSA_HOME elsewhere). A malformed file or value
-    raises :class:`ConfigError` naming the key.
+    raises :class:`ConfigError`: one line naming the file and the key.
     """
     environ: Mapping[str, str] = os.environ if env is None else env
     if overrides:
         environ = {**environ, **overrides}
     home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
     path = file or Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
-    data = _read_toml(path)
-    known = {
-        "model",
-        "providers",
-        "prices",
-        "context_windows",
-        "limits",
-        "kernel",
-        "sessions",
-        "local",
-    }
-    for key in data:
-        if key not in known:
-            raise ConfigError(f"{path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
-
-    providers = _providers(_table(data, "providers", path), environ, path)
-    kernel_table = _table(data, "kernel", path)
-    _check_keys(
-        kernel_table,
-        {"env_allow", "startup_timeout", "interrupt_grace", "max_output_chars"},
-        "kernel",
-        path,
-    )
-    allow = kernel_table.get("env_allow", [])
-    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-        raise ConfigError(f"{path}: kernel.env_allow must be a list of variable names")
-    startup = parse_duration(
-        kernel_table.get("startup_timeout", DEFAULT_KERNEL_STARTUP_TIMEOUT),
-        key="kernel.startup_timeout",
-    )
-    # No grace would be no limit: a cell that ignores its interrupt would never end.
-    grace = parse_duration(
-        kernel_table.get("interrupt_grace", DEFAULT_KERNEL_INTERRUPT_GRACE),
-        key="kernel.interrupt_grace",
-    )
-    if grace is None:
-        raise ConfigError(f"{path}: kernel.interrupt_grace must be longer than 0")
-    max_output = kernel_table.get("max_output_chars", DEFAULT_KERNEL_MAX_OUTPUT_CHARS)
-    if (
-        isinstance(max_output, bool)
-        or not isinstance(max_output, int)
-        or max_output < MIN_KERNEL_MAX_OUTPUT_CHARS
-    ):
-        raise ConfigError(
-            f"{path}: kernel.max_output_chars must be an integer of at least "
-            f"{MIN_KERNEL_MAX_OUTPUT_CHARS}"
-        )
+    try:
+        data = ConfigFile.model_validate(_read_toml(path))
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {one_line(exc, root=ConfigFile, mapping='a table')}") from None
+    providers = _providers(data.providers, environ, path)
+    kernel = data.kernel
+    limits = data.limits
+    sessions = data.sessions
+    harness = data.harness
     return Config(
         home=home,
-        model=environ.get("RECURSA_MODEL") or _opt_str(data, "model", path),
+        model=environ.get("RECURSA_MODEL") or data.model,
         providers=providers,
-        prices=_prices(_table(data, "prices", path), path),
-        context_windows=_context_windows(_table(data, "context_windows", path), path),
-        limits=_limits(_table(data, "limits", path), path),
-        kernel=KernelConfig(
-            env=kernel_environment(environ, extra_allow=allow, providers=providers.values()),
-            startup_timeout=startup or DEFAULT_KERNEL_STARTUP_TIMEOUT,
-            interrupt_grace=grace,
-            max_output_chars=max_output,
+        prices={
+            model: Price(p.input, p.output, p.cached_input, p.cache_write)
+            for model, p in data.prices.items()
+        },
+        context_windows=dict(data.context_windows),
+        limits=Limits(
+            max_steps=limits.max_steps or None,
+            max_tokens=limits.max_tokens or None,
+            max_time=limits.max_time or None,
+            cell_timeout=limits.cell_timeout or DEFAULT_CELL_TIMEOUT,
+            output_chars=limits.output_chars,
         ),
-        sessions=_sessions(_table(data, "sessions", path), path),
-        agents=_agents(_table(data, "agents", path), path),
-        harness=_harness(_table(data, "harness", path), path),
-        local=_local(_table(data, "local", path), _cache_dir(environ), path),
+        kernel=KernelConfig(
+            env=kernel_environment(
+                environ, extra_allow=kernel.env_allow, providers=providers.values()
+            ),
+            startup_timeout=kernel.startup_timeout or DEFAULT_KERNEL_STARTUP_TIMEOUT,
+            interrupt_grace=kernel.interrupt_grace,
+            max_output_chars=kernel.max_output_chars,
+        ),
+        sessions=SessionsConfig(
+            idle_timeout=sessions.idle_timeout or None,
+            snapshot_max_bytes=max(1, sessions.snapshot_max_mb) << 20,
+            checkpoint_each_turn=sessions.checkpoint == "turn",
+            max_kernels=sessions.max_kernels,
+        ),
+        agents=AgentsConfig(**data.agents.model_dump()),
+        harness=HarnessConfig(
+            review={kind: getattr(harness, f"review_{kind}") for kind in HARNESS_KINDS},
+            reviewer_model=harness.reviewer_model or None,
+            max_prompt_chars=harness.max_prompt_chars,
+        ),
+        local=LocalConfig(
+            n_ctx=data.local.n_ctx,
+            threads=data.local.threads,
+            models_dir=Path(data.local.models_dir).expanduser()
+            if data.local.models_dir
+            else _cache_dir(environ) / "models",
+        ),
     )
 
 
@@ -430,207 +521,31 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
 
 
-def _table(data: Mapping[str, Any], key: str, path: Path) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: {key} must be a table")
-    return value
-
-
-def _check_keys(table: Mapping[str, Any], known: set[str], where: str, path: Path) -> None:
-    for key in table:
-        if key not in known:
-            raise ConfigError(
-                f"{path}: unknown key {where}.{key} (known: {', '.join(sorted(known))})"
-            )
-
-
-def _opt_str(table: Mapping[str, Any], key: str, path: Path, where: str = "") -> str | None:
-    value = table.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{path}: {where}{key} must be a string")
-
-
-def _number(table: Mapping[str, Any], key: str, default: float, path: Path, where: str) -> float:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{path}: {where}{key} must be a non-negative number")
-    return float(value)
-
-
 def _providers(
-    table: dict[str, Any], environ: Mapping[str, str], path: Path
+    tables: Mapping[str, ProviderTable], environ: Mapping[str, str], path: Path
 ) -> dict[str, ProviderConfig]:
-    names = set(table) | set(_BUILTIN_PROVIDERS)
+    """Every configured provider and the built-in ones, with the environment laid
+    over the file: a builtin's base URL variable, any provider's key variable."""
     out: dict[str, ProviderConfig] = {}
-    for name in sorted(names):
-        raw = table.get(name, {})
-        where = f"providers.{name}."
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: providers.{name} must be a table")
-        _check_keys(
-            raw,
-            {"kind", "base_url", "api_key", "api_key_env", "timeout", "max_retries"},
-            f"providers.{name}",
-            path,
-        )
+    for name in sorted(set(tables) | set(_BUILTIN_PROVIDERS)):
+        table = tables.get(name) or ProviderTable()
         builtin = _BUILTIN_PROVIDERS.get(name)
-        kind = raw.get("kind", builtin[0] if builtin else None)
-        if kind not in ("openai", "anthropic"):
-            raise ConfigError(f"{path}: {where}kind must be 'openai' or 'anthropic'")
-        key_env = _opt_str(raw, "api_key_env", path, where) or (builtin[1] if builtin else None)
-        base_url = _opt_str(raw, "base_url", path, where)
-        api_key = _opt_str(raw, "api_key", path, where)
-        if builtin:
-            base_url = environ.get(builtin[2]) or base_url
-        if key_env and environ.get(key_env):
-            api_key = environ[key_env]
-        retries = _number(raw, "max_retries", DEFAULT_MAX_RETRIES, path, where)
-        timeout = _number(raw, "timeout", DEFAULT_PROVIDER_TIMEOUT, path, where)
-        if timeout <= 0:
-            raise ConfigError(f"{path}: {where}timeout must be a positive number of seconds")
+        kind = table.kind or (builtin[0] if builtin else None)
+        if kind is None:
+            raise ConfigError(f"{path}: providers.{name}.kind is required: 'openai' or 'anthropic'")
+        key_env = table.api_key_env or (builtin[1] if builtin else None)
+        base_url = (environ.get(builtin[2]) if builtin else None) or table.base_url
+        api_key = environ.get(key_env) if key_env else None
         out[name] = ProviderConfig(
             name=name,
             kind=kind,
             base_url=base_url,
-            api_key=api_key,
+            api_key=api_key or table.api_key,
             api_key_env=key_env,
-            timeout=timeout,
-            max_retries=int(retries),
+            timeout=table.timeout,
+            max_retries=table.max_retries,
         )
     return out
-
-
-def _prices(table: dict[str, Any], path: Path) -> dict[str, Price]:
-    out: dict[str, Price] = {}
-    for model, raw in table.items():
-        where = f'prices."{model}".'
-        if not isinstance(raw, dict):
-            raise ConfigError(f'{path}: prices."{model}" must be a table')
-        _check_keys(
-            raw, {"input", "output", "cached_input", "cache_write"}, f'prices."{model}"', path
-        )
-        if "input" not in raw or "output" not in raw:
-            raise ConfigError(f"{path}: {where}input and {where}output are required")
-        out[model] = Price(
-            input=_number(raw, "input", 0, path, where),
-            output=_number(raw, "output", 0, path, where),
-            cached_input=_number(raw, "cached_input", 0, path, where)
-            if "cached_input" in raw
-            else None,
-            cache_write=_number(raw, "cache_write", 0, path, where)
-            if "cache_write" in raw
-            else None,
-        )
-    return out
-
-
-def _context_windows(table: dict[str, Any], path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for model, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f'{path}: context_windows."{model}" must be a positive integer')
-        out[model] = value
-    return out
-
-
-def _limits(table: dict[str, Any], path: Path) -> Limits:
-    _check_keys(
-        table,
-        {"max_steps", "max_tokens", "max_time", "cell_timeout", "output_chars"},
-        "limits",
-        path,
-    )
-    steps = _number(table, "max_steps", DEFAULT_MAX_STEPS, path, "limits.")
-    tokens = _number(table, "max_tokens", 0, path, "limits.")
-    output_chars = _number(table, "output_chars", DEFAULT_OUTPUT_CHARS, path, "limits.")
-    if output_chars < 200:
-        raise ConfigError(f"{path}: limits.output_chars must be at least 200")
-    cell_timeout = parse_duration(
-        table.get("cell_timeout", DEFAULT_CELL_TIMEOUT), key="limits.cell_timeout"
-    )
-    return Limits(
-        max_steps=int(steps) or None,
-        max_tokens=int(tokens) or None,
-        max_time=parse_duration(table.get("max_time", 0), key="limits.max_time"),
-        cell_timeout=cell_timeout or DEFAULT_CELL_TIMEOUT,
-        output_chars=int(output_chars),
-    )
-
-
-def _sessions(table: dict[str, Any], path: Path) -> SessionsConfig:
-    _check_keys(
-        table, {"idle_timeout", "snapshot_max_mb", "checkpoint", "max_kernels"}, "sessions", path
-    )
-    max_kernels = int(_number(table, "max_kernels", DEFAULT_MAX_KERNELS, path, "sessions."))
-    if max_kernels < 1:
-        raise ConfigError(f"{path}: sessions.max_kernels must be at least 1")
-    idle = parse_duration(
-        table.get("idle_timeout", DEFAULT_IDLE_TIMEOUT), key="sessions.idle_timeout"
-    )
-    cap = _number(table, "snapshot_max_mb", DEFAULT_SNAPSHOT_MAX_MB, path, "sessions.")
-    checkpoint = table.get("checkpoint", "turn")
-    if checkpoint not in ("turn", "unload"):
-        raise ConfigError(f"{path}: sessions.checkpoint must be 'turn' or 'unload'")
-    return SessionsConfig(
-        idle_timeout=idle,
-        snapshot_max_bytes=max(1, int(cap)) << 20,
-        checkpoint_each_turn=checkpoint == "turn",
-        max_kernels=max_kernels,
-    )
-
-
-def _agents(table: dict[str, Any], path: Path) -> AgentsConfig:
-    keys = {"max_depth", "max_message_chars", "max_pending", "messages_per_minute"}
-    _check_keys(table, keys, "agents", path)
-    defaults = AgentsConfig()
-    values = {
-        key: int(_number(table, key, getattr(defaults, key), path, "agents.")) for key in keys
-    }
-    if (
-        values["max_message_chars"] < 1
-        or values["max_pending"] < 1
-        or values["messages_per_minute"] < 1
-    ):
-        raise ConfigError(f"{path}: agents limits must be at least 1")
-    return AgentsConfig(**values)
-
-
-def _harness(table: dict[str, Any], path: Path) -> HarnessConfig:
-    kinds = ("skill", "prompt_note", "memory", "subagent_spec")
-    keys = {f"review_{k}" for k in kinds} | {"reviewer_model", "max_prompt_chars"}
-    _check_keys(table, keys, "harness", path)
-    defaults = HarnessConfig()
-    review: dict[str, ReviewPolicy] = {}
-    for kind in kinds:
-        value = table.get(f"review_{kind}", defaults.policy(kind))
-        if value not in REVIEW_POLICIES:
-            raise ConfigError(
-                f"{path}: harness.review_{kind} must be one of {', '.join(REVIEW_POLICIES)},"
-                f" not {value!r}"
-            )
-        review[kind] = value
-    reviewer = table.get("reviewer_model", "")
-    if not isinstance(reviewer, str):
-        raise ConfigError(f"{path}: harness.reviewer_model must be a string")
-    chars = int(_number(table, "max_prompt_chars", defaults.max_prompt_chars, path, "harness."))
-    if chars < 0:
-        raise ConfigError(f"{path}: harness.max_prompt_chars must be at least 0")
-    return HarnessConfig(review=review, reviewer_model=reviewer or None, max_prompt_chars=chars)
-
-
-def _local(table: dict[str, Any], cache: Path, path: Path) -> LocalConfig:
-    _check_keys(table, {"n_ctx", "threads", "models_dir"}, "local", path)
-    n_ctx = _number(table, "n_ctx", DEFAULT_LOCAL_N_CTX, path, "local.")
-    if n_ctx < 512:
-        raise ConfigError(f"{path}: local.n_ctx must be at least 512")
-    models_dir = _opt_str(table, "models_dir", path, "local.")
-    return LocalConfig(
-        n_ctx=int(n_ctx),
-        threads=int(_number(table, "threads", 0, path, "local.")),
-        models_dir=Path(models_dir).expanduser() if models_dir else cache / "models",
-    )
 
 
 __all__ = [

@@ -12,7 +12,6 @@ snapshot and works in the kernel it is restored into.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -21,14 +20,13 @@ from recursa.api import client
 from recursa.api.client import optional_text_arg as _option
 from recursa.api.client import text_arg as _text
 from recursa.api.messages import one_receipt, send_message
+from recursa.duration import parse_duration
 from recursa.errors import SubagentFailed
 
 if TYPE_CHECKING:
     from recursa.protocol.wire import Handle, Receipt, Usage
 
 BUDGET_KEYS = ("tokens", "cost", "steps", "time")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])", re.IGNORECASE)
-_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 class SubagentHandle:
@@ -243,19 +241,12 @@ def check_budget(budget: object) -> dict[str, float | int] | None:
 
 
 def _duration(value: object) -> float:
+    """Budget time: seconds, or a duration as text (:mod:`recursa.duration`)."""
     if isinstance(value, str):
-        text = value.strip()
         try:
-            return _positive(float(text), "time", whole=False)
-        except ValueError:
-            pass
-        parts = _DURATION.findall(text)
-        if not parts or _DURATION.sub("", text).strip():
-            raise ValueError(
-                f'budget time must be seconds or like "90s", "10m", "1h30m"; not {value!r}'
-            )
-        seconds = sum(float(n) * _UNIT_SECONDS[unit.lower()] for n, unit in parts)
-        return _positive(seconds, "time", whole=False)
+            value = parse_duration(value)
+        except ValueError as exc:
+            raise ValueError(f"budget time: {exc}") from None
     return _positive(value, "time", whole=False)
 
 

@@ -7,8 +7,9 @@ A spec is one of three forms::
     in 30m            once, that long from now
     0 9 * * 1-5       a five-field cron expression (or @hourly, @daily, ...)
 
-Durations are numbers with units, run together or spaced: ``90s``, ``10m``,
-``1h30m``, ``2 hours``, ``1d``. No interval may be shorter than
+Durations are read by :mod:`recursa.duration` (numbers with units, run together
+or spaced: ``90s``, ``10m``, ``1h30m``, ``2 hours``, ``1d``); a spec's duration
+carries a unit. No interval may be shorter than
 :data:`MIN_INTERVAL_SECONDS`: every tick starts a model turn.
 
 Cron expressions are evaluated by ``croniter`` in the local time of the
@@ -27,11 +28,11 @@ Nothing here touches the store or reads a clock.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Literal
 
+from recursa.duration import format_duration, is_bare_number, parse_duration
 from recursa.protocol.control import ScheduleMode
 
 ScheduleKind = Literal["every", "once", "cron"]
@@ -48,13 +49,6 @@ MAX_SPEC_CHARS = 200
 MAX_PROMPT_CHARS = 20_000
 MAX_LABEL_CHARS = 80
 
-_UNITS = {
-    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
-    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
-    "d": 86_400.0, "day": 86_400.0, "days": 86_400.0,
-}  # fmt: skip
-_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*")
 _ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 FORMS = '"every 10m", "in 30m" or a cron expression such as "0 9 * * 1-5"'
@@ -104,50 +98,25 @@ def parse(text: str) -> Spec:
 
 def duration(text: str | float) -> float:
     """Seconds from ``"10m"``, ``"1h30m"``, ``"90 seconds"`` (or a number of
-    seconds), checked against the shortest and longest allowed."""
-    if isinstance(text, bool):
+    seconds; see :mod:`recursa.duration`), checked against the shortest and
+    longest allowed. Text must carry a unit: ``every 10`` would be a guess."""
+    if isinstance(text, str) and is_bare_number(text):
+        raise ValueError(
+            f"cannot read the duration {text.strip()!r}: use a number and a unit "
+            "(s, m, h, d), e.g. 10m or 1h30m"
+        )
+    if isinstance(text, str) and not text.strip():
+        raise ValueError("a duration is missing: e.g. every 10m, in 2h")
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
         raise ValueError("a duration must be text such as 10m, or a number of seconds")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    elif isinstance(text, str):
-        seconds = _parse_duration(text)
-    else:
-        raise ValueError("a duration must be text such as 10m, or a number of seconds")
-    if not math.isfinite(seconds) or seconds < MIN_INTERVAL_SECONDS:
+    seconds = parse_duration(text)
+    if seconds < MIN_INTERVAL_SECONDS:
         raise ValueError(
             f"the shortest interval is {format_duration(MIN_INTERVAL_SECONDS)}, not {_plain(text)}"
         )
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"the longest interval is 366d, not {_plain(text)}")
     return seconds
-
-
-def _parse_duration(text: str) -> float:
-    source = text.strip().lower()
-    if not source:
-        raise ValueError("a duration is missing: e.g. every 10m, in 2h")
-    total, position = 0.0, 0
-    while position < len(source):
-        match = _PART.match(source, position)
-        if match is None or match.group(2) not in _UNITS:
-            raise ValueError(
-                f"cannot read the duration {text.strip()!r}: use a number and a unit "
-                "(s, m, h, d), e.g. 10m or 1h30m"
-            )
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        position = match.end()
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """``5400.0`` → ``"1h30m"``; whole seconds only."""
-    left = round(seconds)
-    parts = []
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
-        if left >= size:
-            count, left = divmod(left, size)
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
 
 
 def _plain(value: str | float) -> str:

@@ -1,0 +1,196 @@
+"""One-line errors for values parsed at a boundary, and ranges that say themselves.
+
+What crosses a process boundary (the configuration file, a daemon request)
+is parsed by pydantic into frozen values once. A person or a model reads the
+error, so it is one line that names the field by its dotted path, what was
+expected and what was given: ``limits.max_steps must be from 0 to 1000000,
+not 1000000000``; ``model must be a string, not 7``. Only the first problem
+is described; the count of the others follows it.
+
+:func:`within` is the range check both use: its message carries both bounds,
+which pydantic's own ``ge``/``le`` errors do not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from recursa.duration import format_duration
+
+MAX_SHOWN_CHARS = 40
+"""A given value is shown in an error up to this many characters of its repr."""
+
+_EXPECTED: dict[str, str] = {
+    "string_type": "a string",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "finite_number": "a finite number",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "none_required": "null",
+}
+_MAPPING_TYPES = frozenset({"dict_type", "model_type", "dataclass_type", "model_attributes_type"})
+_BOUNDS: dict[str, tuple[str, str]] = {
+    "greater_than": ("gt", "more than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def within(
+    low: float, high: float, *, duration: bool = False, above: bool = False
+) -> AfterValidator:
+    """A pydantic check that a number lies in ``[low, high]`` (``(low, high]``
+    with ``above``); its error states the range. ``duration``: the bounds are
+    shown as durations (``1h30m``) rather than numbers."""
+
+    def shown(bound: float) -> str:
+        if duration:
+            return format_duration(bound)
+        return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+    if above:
+        rule = f"must be more than {shown(low)} and at most {shown(high)}"
+    else:
+        rule = f"must be from {shown(low)} to {shown(high)}"
+
+    def check(value: float) -> float:
+        if (value <= low if above else value < low) or value > high:
+            raise ValueError(rule)
+        return value
+
+    return AfterValidator(check)
+
+
+def one_line(
+    error: ValidationError,
+    *,
+    root: type[Any] | None = None,
+    mapping: str = "an object",
+) -> str:
+    """``error``'s first problem as one line (see the module docstring).
+    ``root``, the type validated, lets an unknown key list the known ones;
+    ``mapping`` names what a nested object is called (``"a table"`` in TOML)."""
+    problems = error.errors(include_url=False)
+    if not problems:
+        return str(error).splitlines()[0]
+    text = describe(problems[0], root=root, mapping=mapping)
+    if len(problems) > 1:
+        more = len(problems) - 1
+        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return text
+
+
+def describe(problem: ErrorDetails, *, root: type[Any] | None, mapping: str) -> str:
+    """One problem of a :class:`ValidationError` as one line."""
+    kind, loc, given = problem["type"], problem["loc"], problem.get("input")
+    where = dotted(loc) or "the value"
+    ctx = problem.get("ctx") or {}
+    if kind == "missing":
+        return f"{where} is required"
+    if kind == "extra_forbidden":
+        known = known_keys(root, loc[:-1]) if root is not None else []
+        listed = f" (known: {', '.join(known)})" if known else ""
+        return f"unknown key {where!r}{listed}"
+    if kind == "value_error":
+        message = str(ctx.get("error", problem["msg"]))
+        if message.startswith("must "):
+            return f"{where} {message}, not {shown(given)}"
+        return f"{where}: {message}"
+    if kind == "literal_error":
+        return f"{where} must be {ctx.get('expected', '?')}, not {shown(given)}"
+    if kind in _MAPPING_TYPES:
+        return f"{where} must be {mapping}, not {shown(given)}"
+    if kind in _EXPECTED:
+        return f"{where} must be {_EXPECTED[kind]}, not {shown(given)}"
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return f"{where} must be {words} {ctx.get(key)}, not {shown(given)}"
+    if kind == "string_too_long":
+        return f"{where} must be at most {ctx.get('max_length')} characters"
+    if kind == "string_too_short":
+        return f"{where} must be at least {ctx.get('min_length')} characters"
+    if kind == "too_long":
+        return f"{where} must have at most {ctx.get('max_length')} items"
+    message = problem["msg"]
+    return f"{where}: {message[:1].lower()}{message[1:]}"
+
+
+def dotted(loc: Sequence[int | str]) -> str:
+    """``("prices", "openai/gpt-4o", "input")`` → ``prices."openai/gpt-4o".input``;
+    list positions are shown as ``[3]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        name = part if _PLAIN_KEY.fullmatch(part) else f'"{part}"'
+        out += f".{name}" if out else name
+    return out
+
+
+def shown(value: object) -> str:
+    """``value``'s repr, cut to :data:`MAX_SHOWN_CHARS` (a body may hold megabytes)."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def known_keys(root: type[Any], loc: Sequence[int | str]) -> list[str]:
+    """The field names of the model or dataclass reached from ``root`` along
+    ``loc`` (dictionary keys and list positions pass through to their values);
+    empty when ``loc`` leads elsewhere."""
+    current: Any = root
+    for part in loc:
+        fields = _fields(current)
+        if fields is not None:
+            if not isinstance(part, str) or part not in fields:
+                return []
+            current = fields[part]
+        else:
+            current = _item_type(current)
+        if current is None:
+            return []
+    while True:  # a table of tables ends on the mapping itself: its values' fields
+        fields = _fields(current)
+        if fields is not None:
+            return sorted(fields)
+        current = _item_type(current)
+        if current is None:
+            return []
+
+
+def _fields(kind: Any) -> Mapping[str, Any] | None:
+    kind = _unwrap(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return {name: info.annotation for name, info in kind.model_fields.items()}
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind, include_extras=True)
+        return {f.name: hints.get(f.name) for f in dataclasses.fields(kind)}
+    return None
+
+
+def _item_type(kind: Any) -> Any:
+    """The value type of ``dict[K, V]`` / ``list[V]`` / ``tuple[V, ...]`` / ``V | None``."""
+    kind = _unwrap(kind)
+    args = [a for a in typing.get_args(kind) if a is not type(None) and a is not Ellipsis]
+    return args[-1] if args else None
+
+
+def _unwrap(kind: Any) -> Any:
+    while typing.get_origin(kind) is typing.Annotated:
+        kind = typing.get_args(kind)[0]
+    return kind
+
+
+__all__ = ["MAX_SHOWN_CHARS", "describe", "dotted", "known_keys", "one_line", "shown", "within"]
