@@ -66,7 +66,8 @@ def within(
         rule = f"must be from {shown(low)} to {shown(high)}"
 
     def check(value: float) -> float:
-        if (value <= low if above else value < low) or value > high:
+        # Written so that NaN, which compares false with everything, fails too.
+        if not (low < value <= high if above else low <= value <= high):
             raise ValueError(rule)
         return value
 

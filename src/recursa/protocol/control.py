@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from recursa.protocol.fields import Name, Positive, Text
+
 GoalStatus = Literal["active", "paused", "completed", "exhausted", "cleared"]
 """``active``: continued after each turn; ``paused``: kept, not continued;
 ``completed`` by the agent; ``exhausted``: its budget is spent; ``cleared``:
@@ -51,15 +53,15 @@ class GoalInfo:
 class SetGoal:
     """``recursa goal set SESSION OBJECTIVE [--budget TOKENS]``."""
 
-    objective: str
-    budget: int | None = None
+    objective: Text
+    budget: Positive | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CompleteGoal:
     """``goal.complete(summary)`` from a kernel."""
 
-    summary: str = ""
+    summary: Text = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +92,10 @@ class ScheduleInfo:
 class AddSchedule:
     """``recursa schedule add SESSION SPEC -- PROMPT`` and ``heartbeat.create``."""
 
-    spec: str
-    prompt: str
+    spec: Name
+    prompt: Text
     mode: ScheduleMode = "follow_up"
-    label: str | None = None
+    label: Name | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +103,10 @@ class UpdateSchedule:
     """``heartbeat.update(job, ...)``: the fields given change; a new ``spec``
     restarts the job's clock from now."""
 
-    prompt: str | None = None
-    spec: str | None = None
+    prompt: Text | None = None
+    spec: Name | None = None
     mode: ScheduleMode | None = None
-    label: str | None = None
+    label: Name | None = None
 
 
 __all__ = [

@@ -10,7 +10,7 @@ the part of it a hit shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Annotated, Any
 
 from recursa.protocol.events import (
     AssistantReply,
@@ -29,6 +29,8 @@ from recursa.protocol.events import (
     UserInput,
     record_to_dict,
 )
+from recursa.protocol.fields import Count, Name, Text
+from recursa.validation import within
 
 DEFAULT_SEARCH_RESULTS = 20
 MAX_SEARCH_RESULTS = 200
@@ -70,8 +72,8 @@ class HistoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
-    query: str
-    limit: int = DEFAULT_SEARCH_RESULTS
+    query: Text
+    limit: Annotated[int, within(1, MAX_SEARCH_RESULTS)] = DEFAULT_SEARCH_RESULTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +81,14 @@ class EventsRequest:
     """``type``: only events of that type; ``after``: events with a seq above it,
     oldest first (None: the newest ``limit`` events, oldest first)."""
 
-    type: str | None = None
-    after: int | None = None
-    limit: int = DEFAULT_EVENTS
+    type: Name | None = None
+    after: Count | None = None
+    limit: Annotated[int, within(1, MAX_EVENTS)] = DEFAULT_EVENTS
 
 
 @dataclass(frozen=True, slots=True)
 class CompactRequest:
-    instructions: str | None = None
+    instructions: Text | None = None
 
 
 @dataclass(frozen=True, slots=True)

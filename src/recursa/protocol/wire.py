@@ -8,7 +8,8 @@ result; one whose outcome was lost in a crash is answered as ``uncertain``
 and never run again.
 
 Bodies are JSON objects; this module turns them into frozen dataclasses and
-back. Event streams are newline-delimited JSON, one
+back, validated by type (:func:`from_json`; the field types and their bounds
+are in :mod:`recursa.protocol.fields`). Event streams are newline-delimited JSON, one
 :func:`~recursa.protocol.events.record_to_dict` per line, so a client can
 resume from the last ``seq`` it saw. Errors are ``{"error": {"kind",
 "message"}}`` with an HTTP status; ``kind`` maps to the error tree.
@@ -26,10 +27,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
+from pydantic_core import to_json as to_json_bytes
 
 from recursa.protocol.events import PROTOCOL_VERSION, SessionStatus
+from recursa.protocol.fields import (
+    MAX_ITEMS,
+    MAX_NAME_CHARS,
+    Cost,
+    Count,
+    Name,
+    PathText,
+    Positive,
+    PositiveCost,
+    PositiveSeconds,
+    Seconds,
+    Text,
+    Version,
+)
 from recursa.protocol.harness import Action, Actor, EntryVersion, Kind, Scope, Status
+from recursa.validation import one_line
 
 SendMode = Literal["auto", "steer", "follow_up"]
 ReceiptStatus = Literal["delivered", "queued"]
@@ -99,12 +119,12 @@ class Autonomous:
     limit is reached. The limits cover the whole run (None: no limit);
     ``gate_timeout`` is seconds per gate (None: the default)."""
 
-    gates: tuple[str, ...]
-    max_turns: int | None = None
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    max_time: float | None = None
-    gate_timeout: float | None = None
+    gates: Annotated[tuple[Text, ...], Field(max_length=MAX_ITEMS)]
+    max_turns: Count | None = None
+    max_tokens: Count | None = None
+    max_cost: Cost | None = None
+    max_time: Seconds | None = None
+    gate_timeout: Seconds | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,22 +132,22 @@ class CreateSession:
     """``recursa run``: a new root session, with its first task queued.
     ``autonomous``: the task runs in autonomous mode."""
 
-    task: str | None
-    model: str | None = None
-    cwd: str | None = None
-    name: str | None = None
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    max_time: float | None = None
-    cell_timeout: float | None = None
+    task: Text | None
+    model: Name | None = None
+    cwd: PathText | None = None
+    name: Name | None = None
+    max_steps: Count | None = None
+    max_tokens: Count | None = None
+    max_time: Seconds | None = None
+    cell_timeout: Seconds | None = None
     autonomous: Autonomous | None = None
-    context_window: int | None = None
+    context_window: Count | None = None
     """Tokens: overrides the model's window for compaction (``--context-window``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SendMessage:
-    text: str
+    text: Text
     mode: SendMode = "auto"
 
 
@@ -169,20 +189,20 @@ class Budget:
     """Limits for a session's whole subtree; None: no limit on that measure.
     ``time`` is wall-clock seconds from the session's creation."""
 
-    tokens: int | None = None
-    cost: float | None = None
-    steps: int | None = None
-    time: float | None = None
+    tokens: Positive | None = None
+    cost: PositiveCost | None = None
+    steps: Positive | None = None
+    time: PositiveSeconds | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Spawn:
     """``rlm(task, name=..., model=..., spec=..., budget=...)``."""
 
-    task: str
-    name: str | None = None
-    model: str | None = None
-    spec: str | None = None
+    task: Text
+    name: Name | None = None
+    model: Name | None = None
+    spec: Name | None = None
     budget: Budget | None = None
 
 
@@ -209,8 +229,8 @@ class Handle:
 class AgentMessage:
     """``agent_message.send(text, to=..., mode=...)``."""
 
-    text: str
-    to: MessageTarget = "parent"
+    text: Text
+    to: Annotated[MessageTarget, Field(max_length=MAX_NAME_CHARS)] = "parent"
     mode: SendMode = "auto"
 
 
@@ -328,16 +348,16 @@ class HarnessEdit:
     entry for every op but ``create``. The actor is always the model."""
 
     op: EditOp
-    entry: str | None = None
+    entry: Name | None = None
     kind: Kind | None = None
-    title: str | None = None
-    content: str | None = None
-    code: str | None = None
+    title: Text | None = None
+    content: Text | None = None
+    code: Text | None = None
     scope: Scope | None = None
     meta: dict[str, Any] | None = None
-    to_version: int | None = None
-    reason: str = ""
-    effect: str = ""
+    to_version: Version | None = None
+    reason: Text = ""
+    effect: Text = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,21 +374,21 @@ class HarnessReceipt:
 class HarnessDecision:
     """``recursa harness approve|reject ID --reason TEXT``."""
 
-    reason: str = ""
+    reason: Text = ""
 
 
 @dataclass(frozen=True, slots=True)
 class HarnessRevert:
     """``recursa harness revert ID --to V``: ``to`` 0 is before the entry existed."""
 
-    to: int
+    to: Version
 
 
 @dataclass(frozen=True, slots=True)
 class RefineRequest:
     """``recursa refine`` and ``refine.run()``: extra instructions for the refinement."""
 
-    instructions: str | None = None
+    instructions: Text | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,62 +413,47 @@ T = TypeVar("T")
 
 
 def to_json(value: object) -> dict[str, Any]:
-    """A wire value as a JSON-ready dict."""
+    """A wire value as a JSON-ready dict (tuples become lists)."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):
         raise TypeError(f"not a wire value: {value!r}")
-    return dataclasses.asdict(value)
+    # warnings=False: a value built in-process is sent as it is, as asdict() did.
+    dumped: dict[str, Any] = _adapter(type(value)).dump_python(value, mode="json", warnings=False)
+    return dumped
 
 
 def from_json(cls: type[T], data: object) -> T:
-    """Build ``cls`` from a JSON object; unknown keys are ignored (a newer peer),
-    missing or mistyped ones raise ``ValueError`` with one line."""
+    """Build ``cls`` (a wire dataclass) from a JSON object, validated by type.
+
+    Scalars are strict (``"5"`` is not 5, ``true`` is not 1, a float is not a
+    whole number), literals and the bounds of :mod:`recursa.protocol.fields`
+    are checked, nested objects and arrays become their dataclasses and
+    tuples. Unknown keys are ignored (a newer peer). Anything else raises
+    ``ValueError`` with one line naming the field: ``model must be a string, not 7``.
+    """
     if not isinstance(data, dict):
         raise ValueError(f"{cls.__name__}: expected a JSON object")
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    names = [f.name for f in fields]
-    tuples = {f.name for f in fields if str(f.type).startswith("tuple[")}
-    kwargs: dict[str, Any] = {}
-    for name in names:
-        if name not in data:
-            continue
-        value = data[name]
-        nested = _NESTED.get(name)
-        if nested is not None and isinstance(value, dict):
-            value = from_json(nested, value)
-        elif isinstance(value, list) and name in _NESTED_TUPLES:
-            value = tuple(from_json(_NESTED_TUPLES[name], item) for item in value)
-        elif isinstance(value, list) and name in tuples:
-            value = tuple(value)
-        kwargs[name] = value
+    adapter = _adapter(cls)
     try:
-        built = cls(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{cls.__name__}: {exc}") from exc
-    _check_literals(built)
-    return built
+        # Through JSON: in strict mode only JSON input may give a dataclass as an
+        # object and a tuple as an array; the data came from JSON in the first place.
+        value: T = adapter.validate_json(to_json_bytes(data), strict=True)
+    except ValidationError as exc:
+        raise ValueError(one_line(exc, root=cls)) from None
+    except PydanticSerializationError as exc:
+        raise ValueError(f"{cls.__name__}: not JSON data: {exc}") from None
+    return value
 
 
-_NESTED: dict[str, type[Any]] = {
-    "usage": Usage,
-    "own": Usage,
-    "total": Usage,
-    "budget": Budget,
-    "entry": HarnessEntry,
-    "autonomous": Autonomous,
-}
-_NESTED_TUPLES: dict[str, type[Any]] = {"children": UsageNode, "history": HarnessEntry}
-"""Fields holding a list of wire values (a JSON array becomes a tuple)."""
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
 
-def _check_literals(value: object) -> None:
-    if isinstance(value, HarnessEdit) and value.op not in HARNESS_OPS:
-        raise ValueError(f"op must be one of {', '.join(HARNESS_OPS)}, not {value.op!r}")
-    if isinstance(value, SendMessage | AgentMessage) and value.mode not in get_args(SendMode):
-        raise ValueError(f"mode must be one of {', '.join(get_args(SendMode))}, not {value.mode!r}")
-    if isinstance(value, SendMessage | CreateSession):
-        text = value.text if isinstance(value, SendMessage) else value.task
-        if text is not None and not isinstance(text, str):
-            raise ValueError("the text must be a string")
+def _adapter(cls: type[T]) -> TypeAdapter[T]:
+    """One validator and serializer per wire type, built on first use (a race
+    builds one twice; either serves)."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
 def error_body(kind: ErrorKind, message: str) -> dict[str, Any]:
