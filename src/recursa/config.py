@@ -63,6 +63,12 @@ The file, field by field::
     threads = 0                         # 0 = all cores
     models_dir = "~/.cache/recursa/models"  # joined, verified weights (the default)
 
+Every table and key above is the schema (:class:`ConfigFile`): an unknown key
+is an error that lists the known ones, a value of the wrong type or out of its
+range (``max_retries`` from 0 to 100, say) is refused in one line naming the
+key. Durations (``timeout``, ``max_time``, ``cell_timeout``, ...) are written
+as ``"90s"``, ``"1h30m"``, ``"2d"`` or a number of seconds (:mod:`recursa.duration`).
+
 Provider credentials (any ``api_key`` and the variables named by
 ``api_key_env``) never reach a kernel: :func:`kernel_environment` builds the
 kernel's environment from an allow-list and then removes every credential by

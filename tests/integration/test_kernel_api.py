@@ -426,7 +426,7 @@ async def test_kernel_and_client_tokens_reach_only_their_own_routes(
         async with raw(tree["token"]) as kernel:
             reply = await kernel.post("/v1/kernel/rlm", json={"task": 7})
             assert reply.status_code == 400
-            assert reply.json()["error"]["message"] == "task must be a non-empty string"
+            assert reply.json()["error"]["message"] == "task must be a string, not 7"
             reply = await kernel.post("/v1/kernel/inbox", json={"wait": -1})
             assert reply.status_code == 400
     assert host.kernel_calls == [("subagents", tree["kid"], None)]

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 
 import pytest
 
+import recursa.config
 from recursa.config import kernel_environment, load_config, parse_duration
 from recursa.errors import ConfigError
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def write(home: Path, text: str) -> None:
@@ -102,6 +107,144 @@ def test_durations() -> None:
     assert parse_duration(0, key="k") is None
     with pytest.raises(ConfigError, match="k:"):
         parse_duration("-3m", key="k")
+
+
+def test_command_line_durations_take_every_form() -> None:
+    """The CLI's flags (--max-time, --cell-timeout, --gate-timeout) parse with this."""
+    assert parse_duration("1h30m", key="--max-time") == 5400
+    assert parse_duration("2d", key="--max-time") == 172_800
+    assert parse_duration("90", key="--max-time") == 90
+    with pytest.raises(ConfigError, match=r"^--max-time: cannot read the duration 'soon'"):
+        parse_duration("soon", key="--max-time")
+
+
+def readme_example() -> str:
+    [block] = re.findall(r"^```toml\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+    return str(block)
+
+
+def docstring_example() -> str:
+    """The indented block after "field by field::" in config.py's docstring."""
+    doc = recursa.config.__doc__ or ""
+    after = doc.split("The file, field by field::\n", 1)[1]
+    lines = []
+    for line in after.splitlines():
+        if line and not line.startswith(" "):
+            break
+        lines.append(line)
+    return textwrap.dedent("\n".join(lines))
+
+
+def test_the_readme_example_loads_verbatim(tmp_path: Path) -> None:
+    text = readme_example()
+    assert "[limits]" in text and "[kernel]" in text  # the block was found
+    write(tmp_path, text)
+    config = load_config({"RECURSA_HOME": str(tmp_path)})
+    assert config.model == "openai/gpt-4o-mini"
+    assert config.providers["vllm"].base_url == "http://127.0.0.1:8000/v1"
+    assert (config.prices["vllm/qwen"].input, config.prices["vllm/qwen"].output) == (0.2, 0.6)
+    assert (config.limits.max_time, config.limits.cell_timeout) == (1800, 120)
+    assert config.limits.output_chars == 8000
+
+
+def test_the_docstring_example_loads_verbatim_with_every_table(tmp_path: Path) -> None:
+    text = docstring_example()
+    tables = set(re.findall(r"^\[([a-z_]+)", text, re.M))
+    assert tables == set(recursa.config.ConfigFile.model_fields) - {"model"}
+    write(tmp_path, text)
+    config = load_config({"RECURSA_HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)})
+    openai = config.providers["openai"]
+    assert (openai.api_key, openai.timeout, openai.max_retries) == ("...", 600, 4)
+    assert config.prices["openai/gpt-4o-mini"].cache_write == 0.15
+    assert config.context_windows == {"openai/my-model": 32000}
+    assert config.kernel.interrupt_grace == 3
+    assert config.sessions.idle_timeout == 1800 and config.sessions.checkpoint_each_turn
+    assert config.agents.max_depth == 2 and config.agents.messages_per_minute == 120
+    assert config.harness.policy("skill") == "human"
+    assert config.harness.policy("memory") == "model"
+    assert config.harness.reviewer_model is None
+    assert config.local.models_dir == Path("~/.cache/recursa/models").expanduser()
+
+
+def test_the_harness_and_agents_tables_load(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        '[harness]\nreview_skill = "model"\nreviewer_model = "faux/reviewer"\n'
+        "max_prompt_chars = 0\n[agents]\nmax_depth = 1\n",
+    )
+    config = load_config({"RECURSA_HOME": str(tmp_path)})
+    assert config.harness.policy("skill") == "model"
+    assert config.harness.reviewer_model == "faux/reviewer"
+    assert config.harness.max_prompt_chars == 0
+    assert config.agents.max_depth == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "bogus = 1\n",
+            "unknown key 'bogus' (known: agents, context_windows, harness, kernel, limits,"
+            " local, model, prices, providers, sessions)",
+        ),
+        (
+            "[harness]\nreview_skil = 'model'\n",
+            "unknown key 'harness.review_skil' (known: max_prompt_chars, review_memory,"
+            " review_prompt_note, review_skill, review_subagent_spec, reviewer_model)",
+        ),
+        (
+            "[providers.vllm]\nkind = 'openai'\nretries = 3\n",
+            "unknown key 'providers.vllm.retries' (known: api_key, api_key_env, base_url, kind,"
+            " max_retries, timeout)",
+        ),
+    ],
+)
+def test_an_unknown_key_lists_the_valid_ones(tmp_path: Path, text: str, message: str) -> None:
+    write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config({"RECURSA_HOME": str(tmp_path)})
+    assert str(info.value) == f"{tmp_path / 'config.toml'}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[providers.openai]\nmax_retries = 1000000000\n",
+            "providers.openai.max_retries must be from 0 to 100, not 1000000000",
+        ),
+        ("[limits]\nmax_steps = -1\n", "limits.max_steps must be from 0 to 1000000, not -1"),
+        ('[limits]\nmax_time = "400d"\n', "limits.max_time must be from 0s to 366d, not '400d'"),
+        ("[agents]\nmax_depth = 1000\n", "agents.max_depth must be from 0 to 100, not 1000"),
+        ("[sessions]\nmax_kernels = 0\n", "sessions.max_kernels must be from 1 to 10000, not 0"),
+        ('[harness]\nreview_skill = "maybe"\n', "harness.review_skill must be 'human', 'model'"),
+        ("[agents]\nmax_depth = true\n", "agents.max_depth must be a whole number, not True"),
+        ("[agents]\nmax_depth = 1.0\n", "agents.max_depth must be a whole number, not 1.0"),
+        ('[prices."a/b"]\ninput = 1\n', 'prices."a/b".output is required'),
+        ("[harness]\nreviewer_model = 3\n", "harness.reviewer_model must be a string, not 3"),
+        ("limits = 3\n", "limits must be a table, not 3"),
+    ],
+)
+def test_wrong_and_absurd_values_are_refused_with_their_range(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config({"RECURSA_HOME": str(tmp_path)})
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_durations_in_the_file_take_every_form(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        '[limits]\nmax_time = "1h30m"\ncell_timeout = 45\n'
+        '[sessions]\nidle_timeout = "2d"\n[providers.openai]\ntimeout = "10m"\n',
+    )
+    config = load_config({"RECURSA_HOME": str(tmp_path)})
+    assert (config.limits.max_time, config.limits.cell_timeout) == (5400, 45)
+    assert config.sessions.idle_timeout == 172_800
+    assert config.providers["openai"].timeout == 600
 
 
 def test_kernel_environment_is_an_allow_list_without_credentials(tmp_path: Path) -> None:

@@ -1,0 +1,167 @@
+"""Wire values from JSON: every request validated by type, in one line
+(recursa.protocol.wire.from_json), and replies read back as they were sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from recursa.protocol.control import AddSchedule, CompleteGoal, SetGoal, UpdateSchedule
+from recursa.protocol.history import CompactRequest, EventsRequest, SearchRequest
+from recursa.protocol.wire import (
+    AgentMessage,
+    Autonomous,
+    Budget,
+    CreateSession,
+    HarnessDecision,
+    HarnessDetail,
+    HarnessEdit,
+    HarnessEntry,
+    HarnessRevert,
+    RefineRequest,
+    SendMessage,
+    Shutdown,
+    Spawn,
+    Usage,
+    UsageNode,
+    from_json,
+    to_json,
+)
+
+
+def test_the_issues_example_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError) as info:
+        from_json(CreateSession, {"task": "x", "model": 7, "cwd": 3})
+    assert str(info.value) == "model must be a string, not 7 (and 1 more problem)"
+
+
+@pytest.mark.parametrize(
+    ("cls", "body", "message"),
+    [
+        (CreateSession, {"task": 7}, "task must be a string, not 7"),
+        (
+            CreateSession,
+            {"task": "x", "max_steps": "5"},
+            "max_steps must be a whole number, not '5'",
+        ),
+        (CreateSession, {"task": "x", "max_steps": True}, "max_steps must be a whole number"),
+        (CreateSession, {"task": "x", "max_tokens": 2.5}, "max_tokens must be a whole number"),
+        (CreateSession, {"task": "x", "max_time": "soon"}, "max_time: cannot read the duration"),
+        (CreateSession, {"task": "x", "max_time": -1}, "max_time: a duration cannot be negative"),
+        (CreateSession, {"task": "x", "autonomous": "make"}, "autonomous must be an object"),
+        (
+            CreateSession,
+            {"task": "x", "autonomous": {"gates": "make"}},
+            "autonomous.gates must be a list",
+        ),
+        (
+            CreateSession,
+            {"task": "x", "autonomous": {"gates": [1]}},
+            "autonomous.gates[0] must be a string",
+        ),
+        (CreateSession, {"task": "x", "name": "n" * 501}, "name must be at most 500 characters"),
+        (CreateSession, {}, "task is required"),
+        (SendMessage, {"text": ["hi"]}, "text must be a string"),
+        (
+            SendMessage,
+            {"text": "hi", "mode": "loud"},
+            "mode must be 'auto', 'steer' or 'follow_up', not 'loud'",
+        ),
+        (Shutdown, {"force": "yes"}, "force must be true or false, not 'yes'"),
+        (Spawn, {"task": "t", "model": 7}, "model must be a string, not 7"),
+        (Spawn, {"task": "t", "budget": [1]}, "budget must be an object"),
+        (Spawn, {"task": "t", "budget": {"tokens": "5"}}, "budget.tokens must be a whole number"),
+        (Spawn, {"task": "t", "budget": {"tokens": 0}}, "budget.tokens must be from 1 to"),
+        (Spawn, {"task": "t", "budget": {"cost": -0.5}}, "budget.cost must be more than 0"),
+        (Spawn, {"task": "t", "budget": {"time": 0}}, "budget.time must be more than 0s"),
+        (AgentMessage, {"text": "hi", "to": 3}, "to must be a string, not 3"),
+        (HarnessEdit, {"op": "explode"}, "op must be 'create', 'update', 'delete' or 'rollback'"),
+        (HarnessEdit, {"op": "create", "kind": "wisdom"}, "kind must be 'prompt_note'"),
+        (
+            HarnessEdit,
+            {"op": "rollback", "entry": "e", "to_version": -1},
+            "to_version must be from 0",
+        ),
+        (HarnessEdit, {"op": "update", "entry": "e", "meta": []}, "meta must be an object"),
+        (HarnessEdit, {"op": "create", "reason": None}, "reason must be a string, not None"),
+        (HarnessRevert, {"to": "1"}, "to must be a whole number, not '1'"),
+        (HarnessDecision, {"reason": 1}, "reason must be a string"),
+        (RefineRequest, {"instructions": 3}, "instructions must be a string"),
+        (SetGoal, {"objective": "o", "budget": 0}, "budget must be from 1 to"),
+        (SetGoal, {"objective": 3}, "objective must be a string"),
+        (CompleteGoal, {"summary": False}, "summary must be a string"),
+        (
+            AddSchedule,
+            {"spec": "every 1h", "prompt": "p", "mode": 5},
+            "mode must be 'steer' or 'follow_up', not 5",
+        ),
+        (UpdateSchedule, {"label": 3}, "label must be a string"),
+        (SearchRequest, {"query": "q", "limit": 0}, "limit must be from 1 to 200, not 0"),
+        (EventsRequest, {"after": -1}, "after must be from 0 to"),
+        (CompactRequest, {"instructions": {}}, "instructions must be a string"),
+    ],
+)
+def test_a_wrong_type_is_one_line_naming_the_field(
+    cls: type[Any], body: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as info:
+        from_json(cls, body)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_a_body_that_is_not_an_object_is_refused() -> None:
+    for body in ([], "task", 3, None):
+        with pytest.raises(ValueError, match="CreateSession: expected a JSON object"):
+            from_json(CreateSession, body)
+
+
+def test_durations_nested_values_and_unknown_keys() -> None:
+    body = {
+        "task": "x",
+        "max_time": "1h30m",
+        "cell_timeout": 90,
+        "autonomous": {"gates": ["make test"], "max_time": "2d", "max_cost": 1},
+        "from_a_newer_client": True,
+    }
+    request = from_json(CreateSession, body)
+    assert (request.max_time, request.cell_timeout) == (5400.0, 90.0)
+    assert request.autonomous == Autonomous(gates=("make test",), max_time=172_800.0, max_cost=1.0)
+    spawn = from_json(Spawn, {"task": "t", "budget": {"time": "10m", "tokens": 5}})
+    assert spawn.budget == Budget(tokens=5, time=600.0)
+
+
+def test_replies_round_trip() -> None:
+    usage = Usage(calls=1, input_tokens=5, cost=0.5)
+    tree = UsageNode("r", "root", usage, usage, (UsageNode("c", None, Usage(), Usage()),))
+    assert to_json(tree)["children"][0]["id"] == "c"
+    assert from_json(UsageNode, to_json(tree)) == tree
+    entry = HarnessEntry(
+        id="e1",
+        version=2,
+        kind="skill",
+        title="t",
+        scope="global",
+        status="active",
+        content="c",
+        code="def f(): pass",
+        meta={"a": [1, {"b": None}]},
+        reason="",
+        effect="",
+        review=None,
+        created_at=1.5,
+        session_id=None,
+        action="create",
+        actor="model",
+        source_events=(1, 2),
+    )
+    detail = HarnessDetail(entry=entry, history=(entry,), effective=2)
+    assert from_json(HarnessDetail, to_json(detail)) == detail
+
+
+def test_to_json_refuses_what_is_not_a_wire_value() -> None:
+    with pytest.raises(TypeError, match="not a wire value"):
+        to_json({"task": "x"})
+    with pytest.raises(TypeError, match="not a wire value"):
+        to_json(CreateSession)
