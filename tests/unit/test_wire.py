@@ -31,7 +31,7 @@ from recursa.protocol.wire import (
 
 
 def test_the_issues_example_is_refused_naming_the_field() -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="^model must") as info:
         from_json(CreateSession, {"task": "x", "model": 7, "cwd": 3})
     assert str(info.value) == "model must be a string, not 7 (and 1 more problem)"
 
@@ -105,7 +105,7 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
 def test_a_wrong_type_is_one_line_naming_the_field(
     cls: type[Any], body: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=r"^\w") as info:
         from_json(cls, body)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value)
