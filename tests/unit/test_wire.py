@@ -31,7 +31,7 @@ from recursa.protocol.wire import (
 
 
 def test_the_issues_example_is_refused_naming_the_field() -> None:
-    with pytest.raises(ValueError, match="^model must") as info:
+    with pytest.raises(ValueError, match=r"^model must") as info:
         from_json(CreateSession, {"task": "x", "model": 7, "cwd": 3})
     assert str(info.value) == "model must be a string, not 7 (and 1 more problem)"
 
