@@ -121,7 +121,8 @@ def describe(problem: ErrorDetails, *, root: type[Any] | None, mapping: str) -> 
     if kind == "string_too_long":
         return f"{where} must be at most {ctx.get('max_length')} characters"
     if kind == "string_too_short":
-        return f"{where} must be at least {ctx.get('min_length')} characters"
+        least = ctx.get("min_length")
+        return f"{where} is empty" if least == 1 else f"{where} must be at least {least} characters"
     if kind == "too_long":
         return f"{where} must have at most {ctx.get('max_length')} items"
     message = problem["msg"]

@@ -98,6 +98,8 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
         ),
         (UpdateSchedule, {"label": 3}, "label must be a string"),
         (SearchRequest, {"query": "q", "limit": 0}, "limit must be from 1 to 200, not 0"),
+        (SearchRequest, {"query": ""}, "query is empty"),
+        (SearchRequest, {"query": "q" * 2001}, "query must be at most 2000 characters"),
         (EventsRequest, {"after": -1}, "after must be from 0 to"),
         (CompactRequest, {"instructions": {}}, "instructions must be a string"),
     ],

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
+from pydantic import Field
+
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
@@ -72,7 +74,7 @@ class HistoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
-    query: Text
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
     limit: Annotated[int, within(1, MAX_SEARCH_RESULTS)] = DEFAULT_SEARCH_RESULTS
 
 
