@@ -20,6 +20,7 @@ import pytest
 from recursa.api import commands, hooks, pump, streams
 from recursa.api.extension import RecursaKernel
 from recursa.kernel.commands import (
+    command_request,
     command_result,
     inline_command,
     restore_report,
@@ -138,6 +139,25 @@ def test_a_failed_command_is_one_line_for_the_harness(shell: Shell, tmp_path: Pa
         "error": "KeyError: 'format_disk'"
     }
     assert "error" in commands.call("not json")
+
+
+def test_set_output_keeps_text_whole_even_when_the_model_replaced_out(shell: Shell) -> None:
+    shell.user_ns["_out"] = "the model's own"
+    text = "✓ lone \udcff"
+    result = commands.call(command_request("set_output", cell=3, text=text))
+    assert result == {}
+    assert shell.user_ns["_out"] == {3: text}
+
+
+def test_export_env_refuses_what_is_not_a_string(
+    shell: Shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECURSA_PROBE", "before")
+    refused = commands.call(command_request("export_env", env={"RECURSA_PROBE": 5}))
+    assert refused == {"error": "TypeError: environment names and values must be strings"}
+    assert os.environ["RECURSA_PROBE"] == "before"
+    assert commands.call(command_request("export_env", env={"RECURSA_PROBE": "after"})) == {}
+    assert os.environ["RECURSA_PROBE"] == "after"
 
 
 def test_inline_commands_carry_their_request_as_a_literal(shell: Shell) -> None:

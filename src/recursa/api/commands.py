@@ -11,6 +11,7 @@ exception. The operations are :data:`OPERATIONS`.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,36 @@ def _restore(path: str) -> dict[str, Any]:
     return namespace.restore(hooks.restore_hooks, path)
 
 
+def _chdir(path: str) -> dict[str, Any]:
+    os.chdir(path)
+    return {}
+
+
+def _export_env(env: dict[str, str]) -> dict[str, Any]:
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TypeError("environment names and values must be strings")
+    os.environ.update(env)
+    return {}
+
+
+def _set_output(cell: int, text: str) -> dict[str, Any]:
+    # ``_out`` is the model's to change: made again if it is not a dict.
+    from IPython import get_ipython
+
+    user_ns = get_ipython().user_ns
+    if not isinstance(user_ns.get("_out"), dict):
+        user_ns["_out"] = {}
+    user_ns["_out"][int(cell)] = str(text)
+    return {}
+
+
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "snapshot": _snapshot,
     "restore": _restore,
     "bind_skills": skills.bind,
+    "chdir": _chdir,
+    "export_env": _export_env,
+    "set_output": _set_output,
 }
 """What the harness may ask, by name; each takes the request's ``args`` as
 keyword arguments and returns a JSON-able result."""

@@ -2,13 +2,15 @@
 its directory, its environment, ``_out``.
 
 Each runs as one silent request: no output, no history, no execution count.
-The code run in the kernel is fixed; what varies travels as data. Snapshots,
-restores and skills are operations of :mod:`recursa.api.commands` in the
-kernel, asked for with a JSON request (:func:`command_request`) that the one
-line :data:`CALL` reads from the request's payload; their outcome comes back
-as a payload of the reply, and becomes a
+The code run in the kernel is fixed; what varies travels as data. Each
+command is an operation of :mod:`recursa.api.commands` in the kernel, asked
+for with a JSON request (:func:`command_request`) that the one line
+:data:`CALL` reads from the request's payload; its outcome comes back as a
+payload of the reply (:func:`command_result`), and becomes a
 :class:`~recursa.kernel.types.SnapshotReport` or
-:class:`~recursa.kernel.types.RestoreReport` here. Everything a kernel sends
+:class:`~recursa.kernel.types.RestoreReport` here. The skills prelude, which
+its caller runs as code, carries its request as a literal
+(:func:`inline_command`). Everything a kernel sends
 back is checked: model code may have replaced any of it.
 
 :class:`HarnessCommands` is the part of :class:`recursa.kernel.Kernel` that
@@ -138,8 +140,7 @@ class HarnessCommands:
         async with self._lock:
             self._check_open()
             await self._ensure_alive()
-            # A literal, not the payload: repr() keeps a path that is not UTF-8.
-            await self._proc.silent(f"__import__('os').chdir({str(cwd)!r})")
+            await self._command(f"could not move the kernel to {cwd}", "chdir", path=str(cwd))
             self._cwd = cwd
 
     async def export_env(self, env: Mapping[str, str]) -> None:
@@ -155,38 +156,43 @@ class HarnessCommands:
                 raise ValueError(f"not an environment variable name: {name!r}")
             if not isinstance(value, str) or "\0" in value:
                 raise ValueError(f"the value of {name} must be a string without NUL")
-        code = f"__import__('os').environ.update(__import__('json').loads({PAYLOAD_EXPR}))"
         self._check_open()
         async with self._lock:
             self._check_open()
             self._proc.add_env(values)
             await self._ensure_alive()
-            await self._proc.silent(code, payload=json.dumps(values))
+            await self._command("could not set the kernel's environment", "export_env", env=values)
 
     async def run_silent(self, code: str, *, payload: str | None = None) -> None:
         """Run harness code in the kernel, silently (no output, history or
         execution count): the session binds skills this way. ``payload`` is
         read by the code as ``PAYLOAD_EXPR``. Any failure, an exception in the
         code included, raises :class:`KernelError`."""
-        await self._run(code, payload=payload)
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            await self._ensure_alive()
+            await self._proc.silent(code, payload=payload)
 
     async def set_output(self, cell: int, text: str) -> None:
         """Set ``_out[cell] = text`` in the kernel, silently. Used when the
         output shown to the model was truncated, so the whole text stays
         reachable from code."""
-        code = (
-            "if not isinstance(globals().get('_out'), dict):\n"
-            "    _out = {}\n"
-            f"_out[{int(cell)}] = {PAYLOAD_EXPR}\n"
-        )
-        await self._run(code, payload=text)
-
-    async def _run(self, code: str, *, payload: str | None) -> JSONDict:
         self._check_open()
         async with self._lock:
             self._check_open()
             await self._ensure_alive()
-            return await self._proc.silent(code, payload=payload)
+            failure = f"could not keep the output of cell {cell}"
+            await self._command(failure, "set_output", cell=int(cell), text=text)
+
+    async def _command(
+        self, failure: str, op: str, *, deadline: float | None = None, **args: object
+    ) -> dict[str, Any]:
+        """Run operation ``op`` of :mod:`recursa.api.commands`; its result, or
+        :class:`KernelError` (``failure: why``). The caller holds the lock."""
+        request = command_request(op, **args)
+        reply = await self._proc.silent(CALL, payload=request, deadline=deadline)
+        return command_result(reply, failure)
 
     async def snapshot(self, path: Path, *, max_bytes: int) -> SnapshotReport:
         """Write the namespace's user variables and restore hooks to ``path``
