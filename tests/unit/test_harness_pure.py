@@ -6,12 +6,12 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from recursa.api import skills as skills_in_kernel
 from recursa.harness.entries import check_skill_code
 from recursa.harness.prompt import Supplement, supplemental_prompt
 from recursa.harness.refine import parse_proposals, refine_prompt, render_events
@@ -173,26 +173,37 @@ def test_discover_with_nothing_there(tmp_path: Path) -> None:
 
 
 class FakeShell:
+    """What the kernel-side code uses of IPython's shell: the namespace, its
+    hidden part, and the payloads written to the running request's reply."""
+
     def __init__(self) -> None:
         self.user_ns: dict[str, object] = {}
         self.user_ns_hidden: dict[str, object] = {}
+        self.payloads: list[dict[str, object]] = []
+        self.payload_manager = self
+
+    def write_payload(self, payload: dict[str, object]) -> None:
+        self.payloads.append(payload)
 
 
 @pytest.fixture
 def kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeShell]:
-    """A stand-in for the kernel: a shell with a namespace, a ``__recursa__``
-    module, and sys.modules/sys.path restored afterwards."""
+    """A stand-in for the kernel: a shell that ``IPython.get_ipython`` answers,
+    and sys.modules/sys.path restored afterwards."""
+    import IPython
+
     shell = FakeShell()
-    state = types.ModuleType("__recursa__")
-    monkeypatch.setitem(sys.modules, "__recursa__", state)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield shell
-    for name in [n for n, m in sys.modules.items() if "__recursa_skill__" in vars(m)]:
+    for name in [n for n, m in sys.modules.items() if skills_in_kernel.MARK in vars(m)]:
         del sys.modules[name]
 
 
 def run_bind(shell: FakeShell, source: str) -> None:
-    exec(compile(source, "<bind>", "exec"), {"get_ipython": lambda: shell})
+    """Run ``bind_code``'s code as the kernel does, in a fresh namespace."""
+    exec(compile(source, "<bind>", "exec"), {})
+    assert shell.payloads[-1]["source"] == "recursa"
 
 
 def test_bind_code_binds_a_sync_skill(kernel: FakeShell) -> None:
@@ -204,7 +215,8 @@ def test_bind_code_binds_a_sync_skill(kernel: FakeShell) -> None:
     assert sys.modules["square_sum"].square_sum is square_sum  # type: ignore[attr-defined]
     assert square_sum.__code__.co_filename == "<skill square_sum v3>"
     assert kernel.user_ns_hidden["square_sum"] is square_sum
-    assert sys.modules["__recursa__"].skill_errors == {}  # type: ignore[attr-defined]
+    assert skills_in_kernel.errors == {}
+    assert kernel.payloads[-1]["result"] == {"errors": {}}
 
 
 def test_bind_code_binds_an_async_skill_as_a_coroutine_function(kernel: FakeShell) -> None:
@@ -220,7 +232,7 @@ def test_a_failing_skill_does_not_stop_the_others(kernel: FakeShell) -> None:
     good = entry("skill", "square_sum", code=SQUARE_SUM)
     run_bind(kernel, bind_code([broken, missing, taken, good], []))
     assert kernel.user_ns["square_sum"](3) == 14  # type: ignore[operator]
-    errors = sys.modules["__recursa__"].skill_errors  # type: ignore[attr-defined]
+    errors = skills_in_kernel.errors
     assert errors["broken_skill"] == "RuntimeError: boom"
     assert "AttributeError" in errors["missing_skill"]
     assert "json" in errors

@@ -19,6 +19,15 @@ derives the caller from the token, so a kernel can never act as another
 session. This package imports only :mod:`recursa.errors` and itself when it
 loads; the wire values and ``httpx2`` are imported on the first call, so
 :func:`install` costs a kernel start next to nothing.
+
+Everything else that runs in a kernel on the harness's behalf is a module
+here too, never code sent as text: the IPython extension every kernel loads
+(:mod:`recursa.api.extension`), its output streams
+(:mod:`recursa.api.streams`, :mod:`recursa.api.pump`), ``on_restore``
+(:mod:`recursa.api.hooks`), and the harness's silent commands
+(:mod:`recursa.api.commands`: snapshots and restores with
+:mod:`recursa.api.namespace` and :mod:`recursa.api.snapfile`, skills with
+:mod:`recursa.api.skills`). Those are not imported by this package.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Two sources, one index in the prompt:
 
 - a ``skill`` entry is Python whose contract is a top-level callable named
-  after the entry's title; :func:`bind_code` makes the source that installs it
-  in a kernel as module ``TITLE`` and binds ``TITLE`` in the user namespace;
+  after the entry's title; :func:`bind_code` makes the call that installs it
+  in a kernel as module ``TITLE`` and binds ``TITLE`` in the user namespace
+  (:mod:`recursa.api.skills`, in the kernel);
 - a folder skill (the Agent Skills format) is a folder with a ``SKILL.md``
   whose front matter names and describes it; the model reads the full file
   from the kernel when it needs it, and a folder holding Python is put on
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recursa.kernel.commands import inline_command
 from recursa.protocol.harness import EntryVersion
 
 log = logging.getLogger("recursa.harness")
@@ -205,97 +207,20 @@ def _skill_entries(entries: Sequence[EntryVersion]) -> list[EntryVersion]:
     return [e for e in entries if e.kind == "skill" and e.code]
 
 
-# The kernel side of bind_code. Its data arrives as one JSON literal, so no
-# entry's text is ever formatted into code. A title that names a module
-# which is not a skill (``json``, a project module) is refused, not shadowed.
-_BIND_TEMPLATE = """
-def __recursa_bind_skills(payload):
-    import importlib.util
-    import json
-    import sys
-    import types
-
-    data = json.loads(payload)
-    try:
-        shell = get_ipython()
-        namespace, hidden = shell.user_ns, getattr(shell, "user_ns_hidden", None)
-    except NameError:
-        namespace, hidden = globals(), None
-    def is_skill(module):
-        # vars(), not getattr(): a lazy module's __getattr__ must not run here.
-        try:
-            return "__recursa_skill__" in vars(module)
-        except TypeError:
-            return False
-
-    wanted = {skill["title"] for skill in data["skills"]}
-    for name, module in list(sys.modules.items()):
-        if is_skill(module) and name not in wanted:
-            del sys.modules[name]
-            if namespace.get(name) is getattr(module, name, None):
-                namespace.pop(name, None)
-                if hidden is not None:
-                    hidden.pop(name, None)
-    errors = {}
-    for skill in data["skills"]:
-        title = skill["title"]
-        previous = sys.modules.get(title)
-        if previous is not None and not is_skill(previous):
-            errors[title] = f"a module named {title} exists already; rename the skill"
-            continue
-        if previous is None:
-            try:
-                taken = importlib.util.find_spec(title) is not None
-            except (ImportError, ValueError):
-                taken = False
-            if taken:
-                errors[title] = f"a module named {title} is importable; rename the skill"
-                continue
-        filename = f"<skill {title} v{skill['version']}>"
-        module = types.ModuleType(title, skill["description"] or None)
-        module.__file__ = filename
-        module.__recursa_skill__ = (skill["entry_id"], skill["version"])
-        sys.modules[title] = module
-        try:
-            exec(compile(skill["code"], filename, "exec"), module.__dict__)
-            function = getattr(module, title)
-        except Exception as exc:
-            if previous is None:
-                sys.modules.pop(title, None)
-            else:
-                sys.modules[title] = previous
-            errors[title] = f"{type(exc).__name__}: {exc}"
-            continue
-        namespace[title] = function
-        if hidden is not None:
-            hidden[title] = function
-    for path in data["paths"]:
-        if path not in sys.path:
-            sys.path.append(path)
-    state = sys.modules.get("__recursa__")
-    if state is not None:
-        state.skill_errors = errors
-
-
-__recursa_bind_skills(PAYLOAD)
-del __recursa_bind_skills
-"""
-
-
 def bind_code(entries: Sequence[EntryVersion], folders: Sequence[FolderSkill]) -> str:
-    """Python source that, run silently in a kernel, installs each skill entry
-    (``kind == "skill"`` with code; a later entry wins on a shared title) as
-    module ``TITLE`` in ``sys.modules``, binds its callable ``TITLE`` in the
-    user namespace (hidden from snapshots: every bind makes it again), drops
-    the skills it bound before that are no longer given, and appends each
-    importable folder skill's folder to ``sys.path`` once.
+    """Code that, run silently in a kernel, binds each skill entry (``kind ==
+    "skill"`` with code; a later entry wins on a shared title) and puts each
+    importable folder skill's folder on ``sys.path`` once:
+    :func:`recursa.api.skills.bind` does it in the kernel, and says how. The
+    code is one fixed call; the skills travel in it as data (a JSON string
+    literal), never as code of their own.
 
-    A skill that fails (its code raises, it defines no ``TITLE``, its title is
-    another module's name) leaves the others bound; the errors, by title, are
-    left in ``__recursa__.skill_errors`` when the kernel has that module.
-    The caller passes only the entries that apply to the session."""
-    payload = {
-        "skills": [
+    A skill that fails leaves the others bound; the errors, by title, are
+    left in ``recursa.api.skills.errors`` in the kernel. The caller passes
+    only the entries that apply to the session."""
+    return inline_command(
+        "bind_skills",
+        skills=[
             {
                 "entry_id": entry.entry_id,
                 "title": entry.title,
@@ -305,11 +230,8 @@ def bind_code(entries: Sequence[EntryVersion], folders: Sequence[FolderSkill]) -
             }
             for entry in _skill_entries(entries)
         ],
-        "paths": list(dict.fromkeys(str(f.path) for f in folders if f.importable)),
-    }
-    # repr() of a str is a Python literal that evaluates back to exactly it.
-    literal = repr(json.dumps(payload))
-    return _BIND_TEMPLATE.replace("PAYLOAD", literal, 1).lstrip()
+        paths=list(dict.fromkeys(str(f.path) for f in folders if f.importable)),
+    )
 
 
 def skills_digest(entries: Sequence[EntryVersion], folders: Sequence[FolderSkill]) -> str:

@@ -33,10 +33,7 @@ The guarantees a session relies on:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -48,12 +45,11 @@ from jupyter_core.paths import jupyter_runtime_dir
 
 from recursa.errors import KernelError
 from recursa.kernel import notes
-from recursa.kernel import snapshot as snapshots
 from recursa.kernel.cell import Run, StopReason, run_cell
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCollector
-from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess
-from recursa.kernel.types import CellOutput, RestoreReport, SnapshotReport
-from recursa.kernel.wire import JSONDict
+from recursa.kernel.commands import HarnessCommands, absolute
+from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.types import CellOutput
 
 DEFAULT_STARTUP_TIMEOUT = 60.0
 DEFAULT_INTERRUPT_GRACE = 3.0
@@ -72,12 +68,11 @@ AttachOutcome = Literal["idle", "interrupted", "restarted"]
 was interrupted), or one that had to be replaced."""
 
 _STRENGTH: dict[StopReason | None, int] = {None: 0, "interrupt": 1, "restart": 2, "shutdown": 3}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 log = logging.getLogger(__name__)
 
 
-class Kernel:
+class Kernel(HarnessCommands):
     """A persistent IPython kernel in its own process.
 
     ``cwd`` is where the process starts, and where it starts again after a
@@ -91,6 +86,9 @@ class Kernel:
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
+    The harness's silent commands (:meth:`chdir`, :meth:`export_env`,
+    :meth:`snapshot`, :meth:`restore`, ...) are those of
+    :class:`~recursa.kernel.commands.HarnessCommands`.
     """
 
     def __init__(
@@ -105,7 +103,7 @@ class Kernel:
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         connection_file: Path | None = None,
     ) -> None:
-        self._cwd = _absolute(cwd)
+        self._cwd = absolute(cwd)
         self.interrupt_grace = interrupt_grace
         self.max_output_chars = max_output_chars
         runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
@@ -312,111 +310,6 @@ class Kernel:
             "before this cell ran; variables from earlier cells are gone"
         )
 
-    # -- harness commands -------------------------------------------------------------
-
-    async def chdir(self, cwd: Path) -> None:
-        """Move the kernel into ``cwd`` (silently); restarts start there too.
-        Raises :class:`KernelError` if the kernel cannot (no such directory)."""
-        cwd = _absolute(cwd)
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            await self._ensure_alive()
-            await self._proc.silent(f"__import__('os').chdir({str(cwd)!r})")
-            self._cwd = cwd
-
-    async def export_env(self, env: Mapping[str, str]) -> None:
-        """Set ``env`` in the kernel's ``os.environ``, silently (no output, no
-        history, no execution count), and in the environment every later
-        restart starts with. The session exports the kernel-side API's socket
-        and token this way once it has a kernel (DESIGN.md, Processes).
-        Raises ValueError for a name or value an environment cannot hold, and
-        :class:`KernelError` if the kernel cannot be reached (a dead kernel is
-        restarted first, as for :meth:`chdir`)."""
-        values = dict(env)
-        for name, value in values.items():
-            if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
-                raise ValueError(f"not an environment variable name: {name!r}")
-            if not isinstance(value, str) or "\0" in value:
-                raise ValueError(f"the value of {name} must be a string without NUL")
-        code = f"__import__('os').environ.update(__import__('json').loads({PAYLOAD_EXPR}))"
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            self._proc.add_env(values)
-            await self._ensure_alive()
-            await self._proc.silent(code, payload=json.dumps(values))
-
-    async def run_silent(self, code: str, *, payload: str | None = None) -> None:
-        """Run harness code in the kernel, silently (no output, history or
-        execution count): the session binds skills this way. ``payload`` is
-        read by the code as ``PAYLOAD_EXPR``. Any failure, an exception in the
-        code included, raises :class:`KernelError` (a dead kernel is restarted
-        first, as for :meth:`chdir`)."""
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            await self._ensure_alive()
-            await self._proc.silent(code, payload=payload)
-
-    async def set_output(self, cell: int, text: str) -> None:
-        """Set ``_out[cell] = text`` in the kernel, silently: no output, no
-        history, no execution count. Used when the output shown to the model
-        was truncated, so the whole text stays reachable from code."""
-        code = (
-            "if not isinstance(globals().get('_out'), dict):\n"
-            "    _out = {}\n"
-            f"_out[{int(cell)}] = {PAYLOAD_EXPR}\n"
-        )
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            await self._ensure_alive()
-            await self._proc.silent(code, payload=text)
-
-    # -- snapshots ------------------------------------------------------------------------
-
-    async def snapshot(self, path: Path, *, max_bytes: int) -> SnapshotReport:
-        """Write the namespace's user variables and restore hooks to ``path``
-        (silently; :mod:`recursa.kernel.namespace` says how) and report what
-        was kept. A value that cannot be pickled, or among the biggest past
-        ``max_bytes``, is listed in ``skipped``, never fatal. The file is
-        replaced atomically, the one before kept as ``<path>.prev``.
-
-        Raises :class:`KernelError` if the file cannot be written, or the
-        kernel is not running: a dead kernel is not restarted for this (an
-        empty snapshot would replace the last good one).
-        """
-        payload = snapshots.snapshot_request(path, max_bytes)
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            if not (self._started and self._proc.is_alive()):
-                raise KernelError("the kernel is not running: there is no namespace to snapshot")
-            reply = await self._silent_call(payload)
-        return snapshots.snapshot_report(reply, path)
-
-    async def restore(self, path: Path) -> RestoreReport:
-        """Replace the namespace's user variables with the snapshot at ``path``
-        (or ``<path>.prev`` if it is torn or damaged), silently, then run its
-        restore hooks in order. What cannot be unpickled is listed in
-        ``failed``, each hook that raises in ``hook_errors``. A dead kernel
-        is restarted first. Raises :class:`KernelError` if neither file is usable.
-        """
-        payload = snapshots.restore_request(path)
-        self._check_open()
-        async with self._lock:
-            self._check_open()
-            # A restart here needs no note: the namespace is replaced anyway.
-            await self._ensure_alive()
-            reply = await self._silent_call(payload)
-        return snapshots.restore_report(reply, path)
-
-    async def _silent_call(self, payload: str) -> JSONDict:
-        deadline = asyncio.get_running_loop().time() + snapshots.SNAPSHOT_TIMEOUT
-        code = snapshots.CALL.format(payload=PAYLOAD_EXPR)
-        return await self._proc.silent(code, payload=payload, deadline=deadline)
-
     # -- cells ----------------------------------------------------------------------------
 
     # ``timeout`` is a limit that interrupts the kernel, not a cancel scope.
@@ -516,11 +409,6 @@ def _log_failure(task: asyncio.Task[CellOutput]) -> None:
     # reach; the next request finds the kernel not running and restarts it.
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.warning("stopping a cancelled cell failed: %s", exc)
-
-
-def _absolute(path: Path) -> Path:
-    # Relative to this process's directory, like the kernel's first start.
-    return Path(os.path.abspath(path))
 
 
 __all__ = [

@@ -1,12 +1,10 @@
 """Runs inside the kernel: snapshots of the namespace, and restores with their hooks.
 
-The harness never imports this module. Its source and that of
-:mod:`recursa.kernel.snapfile` (the file format, whose names it uses) travel
-with each snapshot or restore request, and the ``__recursa__`` module of the
-kernel's bootstrap (:data:`recursa.kernel.snapshot.HOOKS_SOURCE`) runs them
-in one scope, compiled once per kernel, then calls :func:`snapshot` or
-:func:`restore` with its registry of restore hooks. Both import only the
-standard library, and dill once a snapshot is taken.
+The harness asks for them through :mod:`recursa.api.commands`, which calls
+:func:`snapshot` or :func:`restore` with the kernel's registry of restore
+hooks (:data:`recursa.api.hooks.restore_hooks`). The file format is
+:mod:`recursa.api.snapfile`. Both import only the standard library, and
+dill and IPython once a snapshot is taken or restored.
 
 What a snapshot keeps: every user variable of the namespace, in its order:
 not IPython's own (``In``, ``Out``, ``_``, ``_i3``, ``exit``...) nor the
@@ -27,23 +25,22 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # in the kernel these come from the same scope (see above)
-    from recursa.kernel.snapfile import (
-        HOOKS,
-        VARIABLE,
-        Corrupt,
-        TooBig,
-        Writer,
-        commit,
-        message,
-        one_line,
-        read,
-        sweep,
-        temporary_name,
-    )
+from recursa.api.hooks import Hook
+from recursa.api.snapfile import (
+    HOOKS,
+    VARIABLE,
+    Corrupt,
+    TooBig,
+    Writer,
+    commit,
+    message,
+    one_line,
+    read,
+    sweep,
+    temporary_name,
+)
 
 IPYTHON_NAMES = frozenset(
     {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh"}
@@ -53,8 +50,8 @@ IPYTHON_NAMES = frozenset(
 _IPYTHON_PATTERN = re.compile(r"_i\d+|_\d+|__.*__|__recursa.*")
 _PASSES = 4
 """How many times a snapshot over its cap is written again, without its biggest values."""
-
-Hook = Callable[[], object]
+_KERNEL_SIDE = frozenset({"recursa.api.hooks"})
+"""Modules whose functions the extension puts in the namespace (``on_restore``)."""
 
 
 class SnapshotError(Exception):
@@ -70,8 +67,8 @@ def user_names(shell: Any) -> list[str]:
             continue
         if name in hidden and hidden[name] is value:
             continue  # still IPython's own object
-        if callable(value) and getattr(value, "__module__", None) == "__recursa__":
-            continue  # on_restore: every kernel's bootstrap defines it
+        if callable(value) and getattr(value, "__module__", None) in _KERNEL_SIDE:
+            continue  # on_restore: every kernel's extension binds it
         names.append(name)
     return names
 

@@ -1,10 +1,7 @@
 """Runs inside the kernel: the snapshot file, written and read with dill.
 
-Like :mod:`recursa.kernel.namespace`, which decides what goes in it, this
-module is never imported by the harness: both sources travel to the kernel
-and run there in one scope (see ``call`` in
-:data:`recursa.kernel.snapshot.HOOKS_SOURCE`). It imports only the standard
-library; dill is handed in by the caller.
+:mod:`recursa.api.namespace` decides what goes in it. It imports only the
+standard library; dill is handed in by the caller.
 
 The file: :data:`MAGIC`, one record per value, a trailer. A record is a
 header (kind, name length, data length, the pickle memo's size after it, the

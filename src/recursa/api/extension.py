@@ -1,0 +1,113 @@
+"""Runs inside the kernel: the IPython extension that makes a fresh kernel recursa's.
+
+The harness loads it in every new kernel process, with one silent request
+(:data:`recursa.kernel.launch.BOOTSTRAP`); its settings come from the
+kernel's command line as IPython configuration (``--RecursaKernel.NAME=VALUE``,
+:class:`RecursaKernel`), never from code. :func:`load_ipython_extension`:
+
+- creates ``_out``, the dict where the session keeps the full text of
+  outputs that were truncated for the model;
+- binds ``on_restore`` (:mod:`recursa.api.hooks`) for the model, and the
+  kernel-side API (:func:`recursa.api.install`: ``rlm``, ``agent_message``,
+  ...) as hidden names, so snapshots leave them out;
+- makes an interrupt stop a cell that is awaiting (a signal wakes the event
+  loop);
+- stops forcing colors on the programs a cell runs;
+- changes the output streams (:mod:`recursa.api.streams`,
+  :mod:`recursa.api.pump`): all that a cell writes to its descriptors is part
+  of that cell's output, ahead of its result, and a flood of output is sent
+  in pieces of ``output_chunk_chars`` at the pace the harness reads.
+
+Only ``_out``, ``on_restore`` and the API's names are left in the namespace.
+(matplotlib is not touched: ipykernel already selects its inline,
+non-interactive backend through ``MPLBACKEND``, at no cost.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from typing import Any
+
+from traitlets import Int
+from traitlets.config import Configurable
+
+from recursa.api import hooks, install, pump, streams
+
+FORCED_COLOR_VARIABLES = ("FORCE_COLOR", "CLICOLOR_FORCE")
+"""What ipykernel sets to force colors on, for notebooks that render ANSI codes."""
+
+
+class RecursaKernel(Configurable):
+    """The extension's settings, from the kernel's IPython configuration."""
+
+    output_chunk_chars = Int(
+        262_144,
+        help="Characters an output stream holds before the writer waits for them to be sent.",
+    ).tag(config=True)
+    iopub_send_queue = Int(
+        64, help="Messages the iopub socket queues for a slow reader before a writer waits."
+    ).tag(config=True)
+
+
+class _Wakeup:
+    """The socket pair whose write end is the signal wakeup fd, kept open for
+    the kernel's life."""
+
+    sockets: tuple[socket.socket, socket.socket] | None = None
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """Make ``shell``'s kernel recursa's (see the module docstring). Meant to
+    run once, in a fresh kernel, during a request."""
+    settings = RecursaKernel(parent=shell)
+    shell.user_ns["_out"] = {}
+    shell.user_ns["on_restore"] = hooks.on_restore
+    api: dict[str, Any] = {}
+    install(api)
+    shell.push(api, interactive=False)
+    wake_loop_on_signals()
+    for name in FORCED_COLOR_VARIABLES:
+        os.environ.pop(name, None)
+    streams.capture(shell, send_queue=settings.iopub_send_queue)
+    pump.take_over_all(shell, settings.output_chunk_chars)
+    streams.bound_writes_from_next_request(shell, settings.output_chunk_chars)
+
+
+def wake_loop_on_signals() -> None:
+    """Make every signal wake the running event loop.
+
+    An interrupt must stop a cell that is awaiting (a sub-agent, a message, a
+    sleep), not only one that computes. ipykernel turns SIGINT during an
+    async cell into a cancellation of it, but schedules that from the signal
+    handler with ``call_soon``, which does not wake a loop asleep in epoll:
+    the cell would go on until its wait ended. Skipped if something else
+    owns the wakeup fd."""
+    previous = signal.set_wakeup_fd(-1)
+    if previous != -1:
+        signal.set_wakeup_fd(previous)
+        return
+    wake_read, wake_write = socket.socketpair()
+    wake_read.setblocking(False)
+    wake_write.setblocking(False)
+
+    def drain_wakeups() -> None:
+        try:
+            while wake_read.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    asyncio.get_running_loop().add_reader(wake_read.fileno(), drain_wakeups)
+    signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+    _Wakeup.sockets = (wake_read, wake_write)
+
+
+__all__ = [
+    "FORCED_COLOR_VARIABLES",
+    "RecursaKernel",
+    "load_ipython_extension",
+    "wake_loop_on_signals",
+]
