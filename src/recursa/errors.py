@@ -143,6 +143,37 @@ WIRE_EXCEPTIONS: dict[str, type[RecursaError]] = {
 """The exception a client raises for a daemon's error of each kind (the daemon
 client's and the kernel API's; :mod:`recursa.daemon.errormap` maps the other way)."""
 
+
+def one_line(
+    what: str | BaseException,
+    *,
+    limit: int | None = None,
+    first_line: bool = False,
+    typed: bool = False,
+) -> str:
+    """``what`` as one line of text, for a message, a log line or an error's text.
+
+    A string is taken as it is; an exception by its message, or by its type's
+    name when the message is empty. Every run of whitespace (newlines
+    included) becomes one space; with ``first_line``, only the first non-blank
+    line is kept instead (a traceback's or a server body's first line says
+    what happened, the rest does not). ``typed`` prefixes an exception's type
+    (``ValueError: bad``), for messages where the type is the news. A text
+    longer than ``limit`` is cut and ends with ``…``, so the result has at
+    most ``limit`` characters. The result is empty only for a blank string.
+    """
+    text = what if isinstance(what, str) else str(what)
+    if first_line:
+        text = next((line for line in text.splitlines() if line.strip()), "")
+    text = " ".join(text.split())
+    if isinstance(what, BaseException):
+        name = type(what).__name__
+        text = f"{name}: {text}" if typed and text else text or name
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 1, 0)].rstrip() + "…"
+    return text
+
+
 __all__ = [
     "FAILURE_KINDS",
     "RETRYABLE_KINDS",
@@ -160,4 +191,5 @@ __all__ = [
     "SubagentFailed",
     "UncertainCommand",
     "UsageError",
+    "one_line",
 ]

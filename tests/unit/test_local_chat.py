@@ -26,6 +26,7 @@ def _flat(pieces: list[str | Special]) -> str:
 
 
 def test_chatml_matches_the_models_own_template() -> None:
+    pytest.importorskip("jinja2")  # the model's own template needs the local extra
     messages = (UserMessage("hi"), AssistantMessage("hello"), UserMessage("bye"))
     ours = _flat(render_chatml("Be brief.", messages))
     theirs = render_template(SMOLLM_TEMPLATE, "Be brief.", messages, bos_token="", eos_token="")
@@ -88,6 +89,7 @@ def test_control_tokens_inside_content_stay_text() -> None:
 
 
 def test_a_foreign_template_renders_with_jinja() -> None:
+    pytest.importorskip("jinja2")  # installed with the local extra (llama-cpp-python)
     template = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
     text = render_template(template, "", (UserMessage("hi"),), bos_token="<s>", eos_token="</s>")
     assert text == "<s>[user] hi</s>"

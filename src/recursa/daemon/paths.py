@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recursa.errors import DaemonError
+from recursa.files import write_atomic
 
 SOCKET_NAME = "daemon.sock"
 STATE_NAME = "daemon.json"
@@ -174,28 +175,6 @@ def read_state(paths: DaemonPaths) -> DaemonState | None:
 def write_state(paths: DaemonPaths, state: DaemonState) -> None:
     """Replace the state file atomically: a reader sees the old file or the new one."""
     write_atomic(paths.state, json.dumps(asdict(state)).encode(), mode=0o600)
-
-
-def write_atomic(path: Path, data: bytes, *, mode: int) -> None:
-    """Write ``path`` via a temporary file in the same directory: write, fsync,
-    rename, fsync the directory. A crash leaves the old file or the new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def clear_stale(paths: DaemonPaths) -> bool:
@@ -339,6 +318,5 @@ __all__ = [
     "read_token",
     "remove_quietly",
     "short_socket_dir",
-    "write_atomic",
     "write_state",
 ]

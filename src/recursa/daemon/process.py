@@ -36,7 +36,6 @@ from pathlib import Path
 
 from recursa.config import Config, load_config
 from recursa.daemon.client import DaemonClient
-from recursa.daemon.errormap import one_line
 from recursa.daemon.paths import (
     EXIT_ALREADY_RUNNING,
     DaemonLock,
@@ -47,7 +46,8 @@ from recursa.daemon.paths import (
     prepare_home,
     read_state,
 )
-from recursa.errors import DaemonError
+from recursa.errors import DaemonError, one_line
+from recursa.kernel.pids import is_alive
 from recursa.protocol.wire import DaemonStatus
 
 START_TIMEOUT = 30.0
@@ -56,6 +56,8 @@ KILL_WAIT = 5.0
 PROBE_TIMEOUT = 2.0
 LOG_ROTATE_BYTES = 10 * 1024 * 1024
 BUILTIN_CREDENTIALS = frozenset({"OPENAI_API_KEY", "ANTHROPIC_API_KEY"})
+LAST_LINE_CHARS = 1000
+"""The most of a dead daemon's last log line that an error message quotes."""
 
 # Daemons this process spawned: kept so they are reaped (not left as zombies
 # while we wait for them) and so Popen never warns that one still runs.
@@ -281,24 +283,15 @@ async def _wait_exit(paths: DaemonPaths, pid: int, deadline: float) -> bool:
 
 
 def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie is dead; our own children are reaped)."""
+    """Whether ``pid`` is a live process (as :func:`~recursa.kernel.pids.is_alive`
+    decides); a daemon this process spawned is reaped once it is gone."""
     proc = _spawned.get(pid)
     if proc is not None:
         if proc.poll() is None:
             return True
         del _spawned[pid]
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    return is_alive(pid)
 
 
 def _reap() -> None:
@@ -335,7 +328,7 @@ def _last_line(log: Path, offset: int) -> str:
     except OSError:
         return ""
     lines = [line for line in text.splitlines() if line.strip()]
-    return one_line(lines[-1]) if lines else ""
+    return one_line(lines[-1], limit=LAST_LINE_CHARS) if lines else ""
 
 
 __all__ = [

@@ -31,14 +31,13 @@ import logging
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Collection
 from pathlib import Path
 from uuid import uuid4
 
 from recursa.errors import KernelError
-from recursa.kernel.watch import ProcessWatch, command_line
+from recursa.kernel.pids import command_lines, is_alive
+from recursa.kernel.watch import ProcessWatch
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,6 @@ ORPHAN_KILL_WAIT = 5.0
 """Seconds an orphan killed with SIGKILL has to be gone."""
 
 _NAME = re.compile(r"kernel-(?P<launcher>\d+)-(?P<key>[0-9a-f]+)")
-_LINUX = sys.platform.startswith("linux")
 
 
 def connection_name() -> str:
@@ -65,12 +63,14 @@ def running_kernels(runtime_dir: Path) -> dict[int, Path]:
     """Live kernel processes launched with a connection file in ``runtime_dir``,
     by pid (a zombie counts as gone)."""
     runtime_dir = _absolute(runtime_dir)
-    pattern = re.compile(re.escape(os.fsencode(runtime_dir)) + rb"/kernel-[^/\s\x00]+\.json")
+    pattern = re.compile(re.escape(str(runtime_dir)) + r"/kernel-[^/\s]+\.json")
     found: dict[int, Path] = {}
-    for pid, args in _command_lines():
-        match = pattern.search(args)
-        if match is not None and pid != os.getpid():
-            found[pid] = Path(os.fsdecode(match.group()))
+    for pid, args in command_lines():
+        for arg in args:
+            match = pattern.search(arg)
+            if match is not None:
+                found[pid] = Path(match.group())
+                break
     return found
 
 
@@ -80,8 +80,9 @@ async def stop_orphans(runtime_dir: Path, *, keep: Collection[Path]) -> list[int
     the files such kernels leave (also of ones already dead). Returns the pids
     killed. Never raises for one kernel: what fails is logged and left.
 
-    The scan is a few milliseconds of synchronous reads (``/proc``, or one
-    ``ps`` elsewhere), done once at a daemon's start."""
+    The scan is a few milliseconds of synchronous reads of the process
+    table (:func:`~recursa.kernel.pids.command_lines`), done once at a
+    daemon's start."""
     orphans, kept = find_orphans(runtime_dir, keep=keep)
     killed: list[int] = []
     for pid, connection_file in orphans.items():
@@ -126,7 +127,7 @@ def _launcher_gone(connection_file: Path) -> bool:
     launcher = launcher_of(connection_file)
     if launcher is None or launcher == os.getpid():
         return False
-    return command_line(launcher) is None
+    return not is_alive(launcher)
 
 
 async def _kill(pid: int, connection_file: Path) -> None:
@@ -159,37 +160,6 @@ def _remove_files(connection_file: Path) -> None:
     for path in (*sockets, connection_file.with_suffix(".log"), connection_file):
         with contextlib.suppress(OSError):
             path.unlink()
-
-
-def _command_lines() -> list[tuple[int, bytes]]:
-    """Every process's pid and command line (arguments joined by NUL on Linux,
-    by spaces elsewhere); zombies have none and are left out."""
-    if _LINUX:
-        found = []
-        with contextlib.suppress(OSError):
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                        args = f.read()
-                except OSError:
-                    continue
-                if args:
-                    found.append((int(entry.name), args))
-        return found
-    try:
-        done = subprocess.run(
-            ["ps", "-axww", "-o", "pid=,args="], capture_output=True, check=False, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    lines = []
-    for line in done.stdout.splitlines():
-        pid, _, args = line.strip().partition(b" ")
-        if pid.isdigit():
-            lines.append((int(pid), args))
-    return lines
 
 
 __all__ = [

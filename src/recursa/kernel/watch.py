@@ -7,8 +7,9 @@ kernels that an earlier daemon launched. A :class:`ProcessWatch` covers both:
 
 - **Liveness.** A process that exited is dead even while it waits, a zombie,
   to be reaped by a parent that may never do it (a container's init often
-  does not): on Linux a pidfd says so, and ``os.kill(pid, 0)`` is never
-  trusted alone.
+  does not): on Linux a pidfd says so; elsewhere
+  :func:`~recursa.kernel.pids.is_alive` does, and ``os.kill(pid, 0)`` is
+  never trusted alone.
 - **Identity.** A pid is reused once its process is reaped. An adopted pid is
   checked against the command line the kernel was launched with (which names
   its connection file) through a pidfd opened *before* the check, so the
@@ -28,18 +29,17 @@ import os
 import select
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from recursa.errors import KernelError
+from recursa.kernel.pids import command_line, is_alive
 from recursa.kernel.wire import pidfd_open
 
 DEATH_POLL_INTERVAL = 0.25
 """Only where no pidfd exists (not Linux): how often liveness is polled."""
 
 _P_PIDFD: int | None = getattr(os, "P_PIDFD", None)
-_LINUX: bool = sys.platform.startswith("linux")
 
 
 class ProcessWatch:
@@ -101,7 +101,7 @@ class ProcessWatch:
         elif self._pidfd is not None:
             alive = not _readable(self._pidfd)
         else:
-            alive = _exists(self.pid)
+            alive = is_alive(self.pid)
         if not alive:
             self._mark_exited()
         return alive
@@ -192,62 +192,15 @@ class ProcessWatch:
         self._reading = False
 
 
-def command_line(pid: int) -> list[str] | None:
-    """The arguments process ``pid`` was started with; ``None`` if it has none
-    to show (gone, a zombie, or another user's)."""
-    if _LINUX:
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return [os.fsdecode(arg) for arg in raw.split(b"\0")[:-1]] or None
-    # Elsewhere (macOS): ps, whose answer is one line with the arguments
-    # joined by spaces; a path with spaces still matches as a substring.
-    try:
-        done = subprocess.run(
-            ["ps", "-ww", "-o", "args=", "-p", str(pid)],
-            capture_output=True,
-            check=False,
-            timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    line = done.stdout.decode("utf-8", "replace").strip()
-    return [line] if done.returncode == 0 and line else None
-
-
 def _launched_with(pid: int, connection_file: Path) -> bool:
     args = command_line(pid)
-    if args is None:
-        return False
-    if _LINUX:
-        return str(connection_file) in args
-    return str(connection_file) in args[0]
+    return args is not None and str(connection_file) in args
 
 
 def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
-
-
-def _exists(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not exited (a zombie has)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if _LINUX:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:
-            return False
-        # The state follows the command name, which is in parentheses and
-        # may itself hold any character.
-        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
-    return True
 
 
 def _leads_group(pid: int) -> bool:
@@ -257,4 +210,4 @@ def _leads_group(pid: int) -> bool:
         return False
 
 
-__all__ = ["DEATH_POLL_INTERVAL", "ProcessWatch", "command_line"]
+__all__ = ["DEATH_POLL_INTERVAL", "ProcessWatch"]

@@ -35,7 +35,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
-from recursa.errors import FailureKind
+from recursa.errors import FailureKind, one_line
 from recursa.models.types import Failed
 
 MESSAGE_LIMIT = 300
@@ -153,7 +153,7 @@ def retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) 
 
 def clean(text: object, secrets: Iterable[str] = ()) -> str:
     """``text`` as one short line with every secret replaced by ``[redacted]``."""
-    line = " ".join(str(text).split())
+    line = one_line(str(text))
     for secret in secrets:
         if secret:
             line = line.replace(secret, REDACTED)

@@ -54,14 +54,13 @@ from anthropic.types import (
 from anthropic.types import TextDelta as AnthropicTextDelta
 
 from recursa.config import Config, ProviderConfig
-from recursa.errors import ModelUnavailable
-from recursa.models import _errors, catalog
+from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
+from recursa.models._sdk import SDKErrors, SDKProvider
 from recursa.models.types import (
     AssistantMessage,
     Done,
     Failed,
-    ModelInfo,
     Request,
     StopReason,
     StreamEvent,
@@ -86,10 +85,16 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
+_SDK_ERRORS = SDKErrors(
+    timeout=anthropic.APITimeoutError,
+    connection=anthropic.APIConnectionError,
+    validation=anthropic.APIResponseValidationError,
+)
+
 Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
 
 
-class AnthropicProvider:
+class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
     """A :class:`~recursa.models.types.Provider` over ``anthropic.AsyncAnthropic``.
 
     ``stream()`` never raises for a failed call: SDK, HTTP and decoding errors
@@ -103,37 +108,14 @@ class AnthropicProvider:
     """
 
     def __init__(self, table: ProviderConfig, config: Config) -> None:
-        key = table.api_key
-        if not key:
-            if table.base_url is None:
-                variable = (
-                    table.api_key_env or f"providers.{table.name}.api_key_env in the configuration"
-                )
-                raise ModelUnavailable(f"provider {table.name!r} needs an API key: set {variable}")
-            key = PLACEHOLDER_API_KEY
-        self.name = table.name
-        self._config = config
-        self._timeout = table.timeout
-        self._secrets = tuple(s for s in {key, *config.secrets} if s != PLACEHOLDER_API_KEY)
-        self._client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=table.base_url,
-            timeout=table.timeout,
-            max_retries=0,
+        super().__init__(
+            table,
+            config,
+            client=anthropic.AsyncAnthropic,
+            errors=_SDK_ERRORS,
+            placeholder_key=PLACEHOLDER_API_KEY,
+            key_required=table.base_url is None,
         )
-
-    def info(self, model: str) -> ModelInfo:
-        """Native tool calls; the context window from the catalog or the configuration."""
-        ref = f"{self.name}/{model}"
-        return ModelInfo(
-            ref=ref,
-            native_tools=True,
-            context_window=catalog.context_window(ref, self._config.context_windows),
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client and its pooled connections."""
-        await self._client.close()
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Run one Messages call; see :class:`~recursa.models.types.Provider`."""
@@ -209,9 +191,7 @@ class AnthropicProvider:
             )
             return
         except ValueError as exc:  # undecodable JSON or text in an event
-            yield _errors.failure(
-                self.name, "malformed", f"undecodable stream data: {exc}", self._secrets
-            )
+            yield self._undecodable(exc)
             return
         finally:
             await response.close()
@@ -224,19 +204,10 @@ class AnthropicProvider:
 
     def _failure(self, exc: anthropic.AnthropicError, *, started: bool) -> Failed:
         """Translate an SDK exception; ``started`` means the response had begun."""
+        shared = self._shared_failure(exc, started=started)
+        if shared is not None:
+            return shared
         name, secrets = self.name, self._secrets
-        if isinstance(exc, anthropic.APITimeoutError):
-            return _errors.failure(
-                name, "timeout", f"no response within {self._timeout:g} s", secrets
-            )
-        if isinstance(exc, anthropic.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
-            detail = f"{type(cause).__name__}: {cause}" if cause is not None else exc.message
-            if started:
-                return _errors.failure(name, "malformed", f"cut short: {detail}", secrets)
-            return _errors.failure(name, "network", detail, secrets)
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return _errors.failure(name, "malformed", exc.message, secrets)
         if isinstance(exc, anthropic.APIStatusError):
             message = exc.api_message or exc.message
             if exc.status_code < 400:  # an ``error`` event inside an open stream
@@ -252,7 +223,7 @@ class AnthropicProvider:
                 headers=exc.response.headers,
                 secrets=secrets,
             )
-        return _errors.failure(name, "unknown", f"{type(exc).__name__}: {exc}", secrets)
+        return self._unknown_failure(exc)
 
 
 class _Counts:

@@ -39,14 +39,13 @@ from openai.types.chat import (
 )
 
 from recursa.config import Config, ProviderConfig
-from recursa.errors import ModelUnavailable
-from recursa.models import _errors, catalog
+from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
+from recursa.models._sdk import SDKErrors, SDKProvider
 from recursa.models.types import (
     AssistantMessage,
     Done,
     Failed,
-    ModelInfo,
     Request,
     StopReason,
     StreamEvent,
@@ -57,6 +56,12 @@ from recursa.models.types import (
 )
 
 OFFICIAL_HOST = "api.openai.com"
+
+_SDK_ERRORS = SDKErrors(
+    timeout=openai.APITimeoutError,
+    connection=openai.APIConnectionError,
+    validation=openai.APIResponseValidationError,
+)
 
 PLACEHOLDER_API_KEY = "sk-no-key-required"
 """Sent to custom base URLs when no key is configured (the SDK insists on one)."""
@@ -88,7 +93,7 @@ def is_official(base_url: str | None) -> bool:
     return base_url is None or urlsplit(base_url).hostname == OFFICIAL_HOST
 
 
-class OpenAIProvider:
+class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
     """A :class:`~recursa.models.types.Provider` over ``openai.AsyncOpenAI``.
 
     ``stream()`` never raises for a failed call: every SDK, HTTP and decoding
@@ -106,41 +111,16 @@ class OpenAIProvider:
         self, table: ProviderConfig, config: Config, *, dialect: OpenAIDialect | None = None
     ) -> None:
         official = is_official(table.base_url)
-        key = table.api_key
-        if not key:
-            if official:
-                variable = (
-                    table.api_key_env or f"providers.{table.name}.api_key_env in the configuration"
-                )
-                raise ModelUnavailable(
-                    f"provider {table.name!r} needs an API key: set {variable} "
-                    "(or a base_url for a local server)"
-                )
-            key = PLACEHOLDER_API_KEY
-        self.name = table.name
+        super().__init__(
+            table,
+            config,
+            client=openai.AsyncOpenAI,
+            errors=_SDK_ERRORS,
+            placeholder_key=PLACEHOLDER_API_KEY,
+            key_required=official,
+            key_hint=" (or a base_url for a local server)",
+        )
         self.dialect = dialect or (OFFICIAL_DIALECT if official else COMPATIBLE_DIALECT)
-        self._config = config
-        self._timeout = table.timeout
-        self._secrets = tuple(s for s in {key, *config.secrets} if s != PLACEHOLDER_API_KEY)
-        self._client = openai.AsyncOpenAI(
-            api_key=key,
-            base_url=table.base_url,
-            timeout=table.timeout,
-            max_retries=0,
-        )
-
-    def info(self, model: str) -> ModelInfo:
-        """Native tool calls; the context window from the catalog or the configuration."""
-        ref = f"{self.name}/{model}"
-        return ModelInfo(
-            ref=ref,
-            native_tools=True,
-            context_window=catalog.context_window(ref, self._config.context_windows),
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client and its pooled connections."""
-        await self._client.close()
 
     async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Run one Chat Completions call; see :class:`~recursa.models.types.Provider`."""
@@ -201,9 +181,7 @@ class OpenAIProvider:
             yield self._failure(exc, started=True)
             return
         except ValueError as exc:  # undecodable JSON or text in an event
-            yield _errors.failure(
-                self.name, "malformed", f"undecodable stream data: {exc}", self._secrets
-            )
+            yield self._undecodable(exc)
             return
         finally:
             await response.close()
@@ -218,17 +196,10 @@ class OpenAIProvider:
 
     def _failure(self, exc: openai.OpenAIError, *, started: bool) -> Failed:
         """Translate an SDK exception; ``started`` means the response had begun."""
+        shared = self._shared_failure(exc, started=started)
+        if shared is not None:
+            return shared
         name, secrets = self.name, self._secrets
-        if isinstance(exc, openai.APITimeoutError):
-            return _errors.failure(
-                name, "timeout", f"no response within {self._timeout:g} s", secrets
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            if started:
-                return _errors.failure(name, "malformed", f"cut short: {_cause(exc)}", secrets)
-            return _errors.failure(name, "network", _cause(exc), secrets)
-        if isinstance(exc, openai.APIResponseValidationError):
-            return _errors.failure(name, "malformed", exc.message, secrets)
         if isinstance(exc, openai.APIStatusError):
             return _errors.status_failure(
                 name,
@@ -247,7 +218,7 @@ class OpenAIProvider:
                 code=exc.code,
                 secrets=secrets,
             )
-        return _errors.failure(name, "unknown", f"{type(exc).__name__}: {exc}", secrets)
+        return self._unknown_failure(exc)
 
 
 def translate_messages(request: Request) -> list[ChatCompletionMessageParam]:
@@ -321,14 +292,6 @@ def _server_message(body: object, fallback: str) -> str:
     elif isinstance(body, str) and body.strip():
         return body
     return fallback
-
-
-def _cause(exc: BaseException) -> str:
-    """The transport error under an SDK connection error, which says more."""
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and str(cause):
-        return f"{type(cause).__name__}: {cause}"
-    return str(exc)
 
 
 __all__ = [

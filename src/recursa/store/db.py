@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from recursa.errors import StoreError
+from recursa.errors import StoreError, one_line
 
 log = logging.getLogger("recursa.store")
 
@@ -138,12 +138,6 @@ def _apply_pragmas(conn: sqlite3.Connection, *, wal: bool, where: str) -> None:
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
 
 
-def one_line(exc: BaseException) -> str:
-    """The exception's text on one line (sqlite messages can hold newlines)."""
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
 @contextmanager
 def translated(where: str) -> Iterator[None]:
     """Turn any ``sqlite3.Error`` raised in the block into a one-line :class:`StoreError`.
@@ -167,6 +161,5 @@ __all__ = [
     "connect",
     "create_private_file",
     "make_private_dirs",
-    "one_line",
     "translated",
 ]

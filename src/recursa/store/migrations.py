@@ -25,8 +25,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from recursa.errors import StoreError
-from recursa.store.db import one_line
+from recursa.errors import StoreError, one_line
 
 
 @dataclass(frozen=True, slots=True)

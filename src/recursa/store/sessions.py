@@ -1,9 +1,10 @@
 """The ``sessions`` table: checking, writing, finding and decoding session rows.
 
-Plain functions over a connection. :class:`~recursa.store.store.Store` calls
-them and owns what they do not: the clock, transactions, and turning a stray
-``sqlite3.Error`` into a :class:`~recursa.errors.StoreError`. The errors these
-functions raise themselves are already the store's own, one line each.
+Plain functions over a connection, and :class:`SessionMethods`, the part of
+:class:`~recursa.store.store.Store` that calls them and owns what they do
+not: the clock, and turning a stray ``sqlite3.Error`` into a
+:class:`~recursa.errors.StoreError`. The errors the functions raise
+themselves are already the store's own, one line each.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
+from enum import Enum
 from types import MappingProxyType
-from typing import cast
+from typing import Literal, cast
 
 from recursa.errors import NotFound, StoreError
 from recursa.protocol.events import SessionStatus
+from recursa.store.connection import StoreConnection
+from recursa.store.db import translated
 from recursa.store.rows import SESSION_STATUSES, JSONValue, SessionRow, new_session_id
 
 MAX_NAME_CHARS = 100
@@ -191,10 +195,125 @@ def session_row(row: Sequence[object]) -> SessionRow:
     )
 
 
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+_KEEP: Literal[_Keep.KEEP] = _Keep.KEEP
+
+
+class SessionMethods(StoreConnection):
+    """Creating, finding, listing and changing sessions (a mixin of ``Store``)."""
+
+    def create_session(
+        self,
+        *,
+        model: str,
+        cwd: str,
+        workspace: str,
+        name: str | None = None,
+        parent_id: str | None = None,
+        status: SessionStatus = "admitted",
+        meta: Mapping[str, JSONValue] | None = None,
+    ) -> SessionRow:
+        """Create a session row with a new time-ordered id and return it.
+
+        The store writes no event here: recording ``session_created`` is the
+        session layer's job (wrap both in :meth:`transaction` to make them atomic).
+
+        ``parent_id`` is an exact session id (resolve names with :meth:`session`
+        first). ``name`` is optional and unique across the store. Raises
+        :class:`NotFound` for an unknown parent, :class:`StoreError` for a taken
+        name, ``ValueError`` for an invalid name or status.
+        """
+        conn = self._db()
+        with translated(self._where):
+            session_id = insert_session(
+                conn,
+                model=model,
+                cwd=cwd,
+                workspace=workspace,
+                name=name,
+                parent_id=parent_id,
+                status=status,
+                meta=meta,
+                now=self._clock(),
+            )
+            return find_session(conn, session_id)
+
+    def session(self, id_or_name: str) -> SessionRow:
+        """The session with this exact id, else this name, else this unique id prefix.
+
+        Raises :class:`NotFound` (one line) when none matches or a prefix is ambiguous.
+        """
+        conn = self._db()
+        with translated(self._where):
+            return find_session(conn, id_or_name)
+
+    def sessions(
+        self,
+        *,
+        parent_id: str | None = None,
+        roots: bool = False,
+        statuses: Collection[SessionStatus] | None = None,
+    ) -> list[SessionRow]:
+        """Sessions in creation order, filtered.
+
+        ``parent_id``: only the children of that session; ``roots``: only
+        sessions without a parent (not both, ``ValueError``); ``statuses``: only these.
+        """
+        conn = self._db()
+        with translated(self._where):
+            return list_sessions(conn, parent_id=parent_id, roots=roots, statuses=statuses)
+
+    def set_status(self, session_id: str, status: SessionStatus) -> SessionRow:
+        """Set a session's status (exact id) and return the new row. Raises :class:`NotFound`.
+
+        The store checks the value, not the transition: the lifecycle belongs
+        to the session layer, which also records the transition as an event.
+        """
+        check_status(status)
+        return self._update(session_id, {"status": status})
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        model: str | None = None,
+        name: str | _Keep | None = _KEEP,
+        workspace: str | None = None,
+        meta: Mapping[str, JSONValue] | None = None,
+    ) -> SessionRow:
+        """Change a session's model, name (None clears it), workspace or meta (replaced whole).
+
+        Arguments left out are kept. Returns the new row. Raises :class:`NotFound`
+        for an unknown id, :class:`StoreError` for a taken name. The workspace
+        is settable because it is usually named after the id, which exists only
+        once the row does.
+        """
+        fields: dict[str, object] = {}
+        if model is not None:
+            fields["model"] = model
+        if not isinstance(name, _Keep):
+            check_name(name)
+            fields["name"] = name
+        if workspace is not None:
+            fields["workspace"] = workspace
+        if meta is not None:
+            fields["meta"] = dump_meta(meta)
+        return self._update(session_id, fields)
+
+    def _update(self, session_id: str, fields: Mapping[str, object]) -> SessionRow:
+        conn = self._db()
+        with translated(self._where):
+            return update_fields(conn, session_id, fields, now=self._clock())
+
+
 __all__ = [
     "COLUMNS",
     "ID_ATTEMPTS",
     "MAX_NAME_CHARS",
+    "SessionMethods",
     "check_name",
     "check_status",
     "dump_meta",

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recursa.config import Config
-from recursa.errors import ModelUnavailable
+from recursa.errors import ModelUnavailable, one_line
 from recursa.models.local import gguf
 from recursa.models.local.chat import CHATML_STOPS, IM_START
 from recursa.models.local.engine import (
@@ -225,7 +225,7 @@ class LocalProvider:
         try:
             job.put(self._call(job, request))
         except BaseException as exc:  # the thread must always end the stream
-            job.put(Failed("unknown", _one_line(exc)))
+            job.put(Failed("unknown", one_line(exc, first_line=True, typed=True)))
         finally:
             job.mark_finished()
 
@@ -237,7 +237,8 @@ class LocalProvider:
             return Failed("invalid_request", str(exc))
         except ValueError as exc:
             return Failed(
-                "invalid_request", f"llama.cpp cannot load {request.model}: {_one_line(exc)}"
+                "invalid_request",
+                f"llama.cpp cannot load {request.model}: {one_line(exc, first_line=True, typed=True)}",
             )
         stops = list(request.stop)
         if spec.template_kind == "chatml":
@@ -258,7 +259,7 @@ class LocalProvider:
         except ContextOverflow as exc:
             return Failed("context_overflow", str(exc))
         except Exception as exc:
-            return Failed("unknown", _one_line(exc))
+            return Failed("unknown", one_line(exc, first_line=True, typed=True))
         _log(request.model, outcome)
         if outcome.aborted:
             return Failed("aborted", "the local model call was cancelled")
@@ -345,11 +346,6 @@ def _file_target(model: str) -> _Target:
     return _Target(
         None, path.resolve(), facts.context_length, kind, template, facts.name or path.name
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _log(model: str, outcome: Outcome) -> None:

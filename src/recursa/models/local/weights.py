@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import shlex
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from recursa.errors import ModelUnavailable
+from recursa.files import atomic_file, write_atomic
 
 ChatFamily = Literal["chatml"]
 """Prompt formats rendered natively by :mod:`recursa.models.local.chat`."""
@@ -368,20 +368,9 @@ def _digest(
 
 
 def _assemble(entry: CatalogEntry, sources: Sequence[Path], target: Path) -> None:
-    fd, temp_name = tempfile.mkstemp(prefix=f".{entry.name}.", suffix=".partial", dir=target.parent)
-    temp = Path(temp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            size, digest = _digest(sources, out.write)
-            out.flush()
-            os.fsync(out.fileno())
-        _check(entry, size, digest, temp)
-        temp.chmod(0o644)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
+    with atomic_file(target, mode=0o644) as out:
+        size, digest = _digest(sources, out.write)
+        _check(entry, size, digest, Path(out.name))
 
 
 def _marker_path(models_dir: Path, entry: CatalogEntry) -> Path:
@@ -408,27 +397,8 @@ def _marker_record(entry: CatalogEntry, target: Path, stat: os.stat_result) -> d
 
 
 def _write_marker(models_dir: Path, entry: CatalogEntry, target: Path) -> None:
-    marker = _marker_path(models_dir, entry)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{marker.name}.", dir=models_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(_marker_record(entry, target, target.stat()), out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp_name, marker)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(models_dir)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable: fsync the directory that holds the new name."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    record = _marker_record(entry, target, target.stat())
+    write_atomic(_marker_path(models_dir, entry), json.dumps(record).encode(), mode=0o600)
 
 
 def _mb(size: int) -> str:
