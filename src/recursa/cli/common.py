@@ -7,9 +7,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from recursa.config import environment, load_config
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
+from recursa.config import load_config
+from recursa.daemon.client import DaemonClient, connect
 
 T = TypeVar("T")
 
@@ -18,9 +17,7 @@ def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
     """Run ``work`` with a client of the daemon, starting one when none runs."""
 
     async def go() -> T:
-        config = load_config()
-        await process.ensure_running(config.home, env=environment())
-        async with DaemonClient(config.home) as client:
+        async with connect(load_config()) as client:
             return await work(client)
 
     return asyncio.run(go())
