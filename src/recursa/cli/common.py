@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from recursa.config import load_config
-from recursa.daemon.client import DaemonClient, connect
+
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
 T = TypeVar("T")
 
@@ -17,6 +19,8 @@ def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
     """Run ``work`` with a client of the daemon, starting one when none runs."""
 
     async def go() -> T:
+        from recursa.daemon.client import connect
+
         async with connect(load_config()) as client:
             return await work(client)
 

@@ -11,7 +11,6 @@ import typer
 
 from recursa.cli import app
 from recursa.config import load_config
-from recursa.daemon import client as daemon
 from recursa.protocol.wire import to_json
 
 daemon_app = typer.Typer(help="The local daemon that owns every session.", no_args_is_help=True)
@@ -21,6 +20,8 @@ app.add_typer(daemon_app, name="daemon")
 @daemon_app.command("start")
 def start() -> None:
     """Start the daemon for RECURSA_HOME (sessions come back as they were)."""
+    from recursa.daemon import client as daemon
+
     config = load_config()
     before = asyncio.run(daemon.daemon_status(config.home))
     if before is not None:
@@ -42,6 +43,8 @@ def stop_daemon(
 @daemon_app.command("status")
 def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Whether a daemon runs, and what it holds. Exit 1 when none runs."""
+    from recursa.daemon import client as daemon
+
     config = load_config()
     found = asyncio.run(daemon.daemon_status(config.home))
     if json_out:
@@ -61,6 +64,8 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 @daemon_app.command("openapi")
 def openapi() -> None:
     """Print the daemon's people's API as an OpenAPI document (JSON)."""
+    from recursa.daemon import client as daemon
+
     print(json.dumps(daemon.openapi_document(), indent=2))
 
 
@@ -75,6 +80,8 @@ def shutdown(
 
 
 def _shutdown(force: bool) -> None:
+    from recursa.daemon import client as daemon
+
     config = load_config()
     pid = asyncio.run(daemon.stop_daemon(config.home, force=force))
     print(f"daemon stopped (pid {pid})")

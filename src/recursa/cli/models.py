@@ -11,7 +11,6 @@ import typer
 
 from recursa.cli import app
 from recursa.config import load_config
-from recursa.daemon import client as daemon
 from recursa.errors import ModelUnavailable
 
 models_app = typer.Typer(
@@ -26,6 +25,8 @@ def models(
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """List providers and models, and whether their credentials or weights are present."""
+    from recursa.daemon import client as daemon
+
     if ctx.invoked_subcommand is not None:
         return
     config = load_config()
@@ -49,6 +50,8 @@ def prepare(
     ] = "default",
 ) -> None:
     """Join an embedded model's slices and verify its size and sha256 (done once)."""
+    from recursa.daemon import client as daemon
+
     config = load_config()
     path = daemon.prepare_model(alias, config, lambda line: print(line, file=sys.stderr))
     print(path)
@@ -59,6 +62,8 @@ def install(
     alias: Annotated[str, typer.Argument(help="default, fast, tiny, or a catalog name.")],
 ) -> None:
     """pip-install an embedded model's packages into this Python environment."""
+    from recursa.daemon import client as daemon
+
     args = [sys.executable, "-m", "pip", *daemon.install_command(alias)]
     print("$ " + " ".join(args), file=sys.stderr)
     if subprocess.run(args, check=False).returncode != 0:

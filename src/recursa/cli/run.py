@@ -23,7 +23,7 @@ import collections
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -39,7 +39,6 @@ from recursa.cli.render import (
     usage_line,
 )
 from recursa.config import Config, color_enabled, load_config, parse_duration
-from recursa.daemon.client import DaemonClient, connect
 from recursa.errors import UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
 from recursa.protocol.wire import (
@@ -49,6 +48,9 @@ from recursa.protocol.wire import (
     Usage,
     UsageNode,
 )
+
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
 
 @app.command()
@@ -175,6 +177,8 @@ async def _run(
 ) -> int:
     """Create the session and follow it: in the daemon (started when none runs),
     or, ``local``, in a daemon hosted by this process for this run only."""
+    from recursa.daemon.client import connect
+
     started = time.monotonic()
     async with connect(config, in_process=local) as client:
         info = await client.create_session(request)

@@ -11,7 +11,7 @@ import contextlib
 import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,12 +19,16 @@ from recursa.cli import app
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, printable, usage_dict, usage_line
 from recursa.config import color_enabled, load_config
-from recursa.daemon.client import DaemonClient, connect
 from recursa.protocol.events import TurnStarted
 from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, UsageNode, to_json
 
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
+
 
 def _client() -> contextlib.AbstractAsyncContextManager[DaemonClient]:
+    from recursa.daemon.client import connect
+
     return connect(load_config())
 
 
