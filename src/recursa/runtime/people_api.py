@@ -68,6 +68,7 @@ from recursa.runtime.autonomy import spec_of
 from recursa.runtime.kernel_api import refine
 from recursa.runtime.runtime import Runtime
 from recursa.runtime.tree import display_name
+from recursa.session.compaction import check_context_window
 from recursa.store import JSONValue, SessionRow
 
 T = TypeVar("T")
@@ -170,6 +171,7 @@ class PeopleApi:
         seen = self._replayed(command, "create_session")
         if seen is not None:
             return from_json(SessionInfo, seen)
+        check_context_window(request.context_window)  # a usage error before any model's
         limits = _limits(self.runtime.config.limits, request)
         spec = None
         if request.autonomous is not None:  # checked before anything is written
