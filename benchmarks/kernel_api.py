@@ -29,14 +29,16 @@ from recursa.api import client as api_client
 from recursa.api import rlm
 from recursa.config import load_config
 from recursa.daemon.embedded import serve_embedded
+from recursa.daemon.host import unserved
 from recursa.kernel import Kernel
 from recursa.protocol.wire import Handle, Spawn
 
 TOKEN = "kt-bench"
 
 
-class AdmitAtOnce:
-    """A kernel host that admits every child at once and remembers nothing."""
+class AdmitAtOnce(unserved("person"), unserved("kernel")):  # type: ignore[misc]
+    """A kernel host that admits every child at once and remembers nothing
+    (every other row is refused by its :func:`~recursa.daemon.host.unserved` bases)."""
 
     def __init__(self) -> None:
         self.spawned = 0
@@ -51,11 +53,6 @@ class AdmitAtOnce:
 
     async def subagents(self, caller: str) -> list[Handle]:
         return []
-
-    async def subagent(self, caller: str, ref: str) -> Handle:
-        raise NotImplementedError
-
-    wait = delete_subagent = message = inbox = subagent
 
 
 CELL = """

@@ -1,5 +1,8 @@
 """A :class:`~recursa.daemon.host.Host` in memory, for tests of the daemon's transport.
 
+It serves every person row of the operation table: the ones below, and the
+rest refused by its :func:`~recursa.daemon.host.unserved` base.
+
 It keeps sessions and their events, answers repeated commands with the stored
 result, and records what it was asked. Behaviour on cue, so tests can reach
 every error path over the real wire:
@@ -7,7 +10,7 @@ every error path over the real wire:
 - ``CreateSession(name="boom")`` raises a bug (RuntimeError with two lines);
 - ``CreateSession(model="missing/model")`` raises ModelUnavailable;
 - a second session with a taken name raises StoreError (conflict);
-- ``SendMessage(text="lost-in-crash")`` raises UncertainCommand.
+- a message ``"lost-in-crash"`` raises UncertainCommand.
 
 :func:`open_fake_host` is a ``--host-factory`` for a real daemon process: it
 writes what it received (the provider keys) to ``fake-host.json`` in the
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa.config import Config
-from recursa.daemon.host import Host
+from recursa.daemon.host import Host, unserved
 from recursa.errors import ModelUnavailable, NotFound, StoreError, UncertainCommand
 from recursa.protocol.events import (
     PROTOCOL_VERSION,
@@ -36,17 +39,19 @@ from recursa.protocol.events import (
     StatusChanged,
     UserInput,
 )
+from recursa.protocol.operations import Ack
+from recursa.protocol.person_ops import EventsQuery, SendTo, SessionRef
 from recursa.protocol.wire import (
     CommandKey,
     CreateSession,
     DaemonStatus,
     Receipt,
-    SendMessage,
     SessionInfo,
+    Shutdown,
 )
 
 
-class FakeHost:
+class FakeHost(unserved("person")):  # type: ignore[misc]
     def __init__(self) -> None:
         self.infos: dict[str, SessionInfo] = {}
         self.records: list[EventRecord] = []
@@ -83,25 +88,30 @@ class FakeHost:
     async def sessions(self) -> list[SessionInfo]:
         return list(self.infos.values())
 
-    async def session(self, session: str) -> SessionInfo:
-        return self._resolve(session)
+    async def session(self, request: SessionRef) -> SessionInfo:
+        return self._resolve(request.session)
 
-    async def send(self, session: str, request: SendMessage, command: CommandKey | None) -> Receipt:
-        result: Receipt = self._once("send", command, lambda: self._send(session, request))
+    async def send(self, request: SendTo, command: CommandKey | None) -> Receipt:
+        result: Receipt = self._once("send", command, lambda: self._send(request))
         return result
 
-    async def interrupt(self, session: str) -> SessionInfo:
+    async def interrupt(self, request: SessionRef) -> SessionInfo:
         self.calls.append(("interrupt", None))
-        return self._set_status(self._resolve(session).id, "idle")
+        return self._set_status(self._resolve(request.session).id, "idle")
 
-    async def stop(self, session: str, command: CommandKey | None) -> SessionInfo:
+    async def stop(self, request: SessionRef, command: CommandKey | None) -> SessionInfo:
         result: SessionInfo = self._once(
-            "stop", command, lambda: self._set_status(self._resolve(session).id, "inactive")
+            "stop", command, lambda: self._set_status(self._resolve(request.session).id, "inactive")
         )
         return result
 
-    async def events(self, session: str, *, after: int, follow: bool) -> AsyncIterator[EventRecord]:
-        session_id = self._resolve(session).id
+    async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
+        session_id = self._resolve(request.session).id
+        return self._records(session_id, request.after, request.follow)
+
+    async def _records(
+        self, session_id: str, after: int, follow: bool
+    ) -> AsyncIterator[EventRecord]:
         # Snapshot and subscribe in one step of the loop: nothing falls between.
         stored = [r for r in self.records if r.session_id == session_id and r.seq > after]
         queue: asyncio.Queue[EventRecord] = asyncio.Queue()
@@ -119,8 +129,9 @@ class FakeHost:
             self._subscribers.discard(queue)
             self.open_streams -= 1
 
-    async def shutdown(self, *, force: bool) -> None:
-        self.shutdowns.append(force)
+    async def shutdown(self, request: Shutdown) -> Ack:
+        self.shutdowns.append(request.force)
+        return Ack()
 
     # -- helpers for tests ------------------------------------------------------------------
 
@@ -171,10 +182,10 @@ class FakeHost:
             self.append(session_id, UserInput(text=request.task))
         return info
 
-    def _send(self, session: str, request: SendMessage) -> Receipt:
+    def _send(self, request: SendTo) -> Receipt:
         if request.text == "lost-in-crash":
             raise UncertainCommand("this command was received before a crash; not run again")
-        info = self._resolve(session)
+        info = self._resolve(request.session)
         self._messages += 1
         self.append(info.id, UserInput(text=request.text))
         return Receipt(message_id=self._messages, session_id=info.id, status="queued")

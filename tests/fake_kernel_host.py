@@ -2,7 +2,8 @@
 :class:`~recursa.daemon.host.KernelHost`, in memory, for tests of the kernels'
 routes and of the kernel-side API (:mod:`recursa.api`).
 
-It records every kernel call with the caller the app derived from the token
+It serves every row of the operation table, the ones it does not fake
+refused by its :func:`~recursa.daemon.host.unserved` bases. It records every kernel call with the caller the app derived from the token
 (``kernel_calls``). Children are admitted at once as ``running`` and end when
 a test says so (:meth:`FakeKernelHost.finish`); messages go to in-memory
 queues a test can fill (:meth:`FakeKernelHost.deliver`). Long polls tell a
@@ -21,36 +22,43 @@ from collections import defaultdict
 from dataclasses import replace
 
 from fake_host import FakeHost
+from recursa.daemon.host import unserved
 from recursa.errors import NotFound, UsageError
-from recursa.protocol.control import (
-    AddSchedule,
-    GoalAction,
-    GoalInfo,
-    ScheduleInfo,
-    SetGoal,
-    UpdateSchedule,
+from recursa.protocol.control import AddSchedule, CompleteGoal, GoalInfo, ScheduleInfo
+from recursa.protocol.history import (
+    CompactReply,
+    CompactRequest,
+    EventsRequest,
+    HistoryEvent,
+    HistoryHit,
+    SearchRequest,
 )
-from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
+from recursa.protocol.kernel_ops import ChildRef, ChildWait, InboxWait
+from recursa.protocol.person_ops import (
+    HarnessQuery,
+    LogQuery,
+    Quiet,
+    QuietWait,
+    ScheduleQuery,
+    SessionRef,
+)
 from recursa.protocol.wire import (
     AgentMessage,
-    CommandKey,
     CreateSession,
     Handle,
-    HarnessDetail,
     HarnessEdit,
     HarnessEntry,
     HarnessPrompt,
     HarnessReceipt,
     InboxMessage,
     Receipt,
-    RefineReply,
     Spawn,
     Usage,
     UsageNode,
 )
 
 
-class FakeKernelHost(FakeHost):
+class FakeKernelHost(FakeHost, unserved("kernel")):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.tokens: dict[str, str] = {}
@@ -148,11 +156,12 @@ class FakeKernelHost(FakeHost):
         self.kernel_calls.append(("subagents", caller, None))
         return [h for h in self.children.values() if h.parent_id == caller]
 
-    async def subagent(self, caller: str, ref: str) -> Handle:
-        self.kernel_calls.append(("subagent", caller, ref))
-        return self._child(caller, ref)
+    async def subagent(self, caller: str, request: ChildRef) -> Handle:
+        self.kernel_calls.append(("subagent", caller, request.ref))
+        return self._child(caller, request.ref)
 
-    async def wait(self, caller: str, ref: str, timeout: float | None) -> Handle:
+    async def wait(self, caller: str, request: ChildWait) -> Handle:
+        ref, timeout = request.ref, request.timeout
         self.kernel_calls.append(("wait", caller, (ref, timeout)))
         handle = self._child(caller, ref)
         if not handle.done:
@@ -166,9 +175,9 @@ class FakeKernelHost(FakeHost):
                 raise
         return self.children[handle.id]
 
-    async def delete_subagent(self, caller: str, ref: str) -> Handle:
-        self.kernel_calls.append(("delete", caller, ref))
-        handle = self._child(caller, ref)
+    async def delete_subagent(self, caller: str, request: ChildRef) -> Handle:
+        self.kernel_calls.append(("delete", caller, request.ref))
+        handle = self._child(caller, request.ref)
         deleted = replace(handle, status="deleted", done=True, reason="deleted")
         self.children[handle.id] = deleted
         self._ends[handle.id].set()
@@ -183,7 +192,8 @@ class FakeKernelHost(FakeHost):
             receipts.append(Receipt(self._message_ids, recipient, "queued"))
         return receipts
 
-    async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
+    async def inbox(self, caller: str, request: InboxWait) -> list[InboxMessage]:
+        wait = request.wait
         self.kernel_calls.append(("inbox", caller, wait))
         if not self._queues[caller] and wait > 0:
             arrival = self._arrivals[caller]
@@ -201,145 +211,73 @@ class FakeKernelHost(FakeHost):
 
     # -- Host: the tree's routes ------------------------------------------------------------
 
-    async def usage(self, session: str) -> UsageNode:
-        info = self._resolve(session)
+    async def usage(self, request: SessionRef) -> UsageNode:
+        info = self._resolve(request.session)
         if self.usage_tree is not None and self.usage_tree.id == info.id:
             return self.usage_tree
         return UsageNode(id=info.id, name=info.name, own=Usage(), total=Usage())
 
-    async def wait_quiet(self, session: str, timeout: float | None) -> bool:
-        info = self._resolve(session)
+    async def wait_quiet(self, request: QuietWait) -> Quiet:
+        info = self._resolve(request.session)
         if self.quiet.is_set():
-            return True
+            return Quiet(True)
         self._entered["quiet"].set()
         try:
-            await asyncio.wait_for(self.quiet.wait(), timeout)
+            await asyncio.wait_for(self.quiet.wait(), request.timeout)
         except TimeoutError:
-            return False
+            return Quiet(False)
         except asyncio.CancelledError:
             self._cancel(f"quiet:{info.id}")
             raise
-        return True
+        return Quiet(True)
 
-    # -- the harness: empty (its routes are tested against the runtime) -------------------
+    # -- the harness, history, goals and schedules: mostly empty (tested against the runtime)
 
     async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
         self.kernel_calls.append(("stage_edit", caller, edit))
         raise UsageError("the fake host has no harness")
 
-    async def visible_entries(
-        self, caller: str, kind: str | None, scope: str | None, status: str | None
-    ) -> list[HarnessEntry]:
-        self.kernel_calls.append(("visible_entries", caller, (kind, scope, status)))
+    async def visible_entries(self, caller: str, request: HarnessQuery) -> list[HarnessEntry]:
+        filters = (request.kind, request.scope, request.status)
+        self.kernel_calls.append(("visible_entries", caller, filters))
         return []
 
-    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def visible_diff(
-        self, caller: str, ref: str, from_version: int | None, to_version: int | None
-    ) -> str:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
-        raise UsageError("the fake host has no harness")
-
-    # -- history and compaction: empty (tested against the runtime) ------------------------
-
-    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
-        self.kernel_calls.append(("history_search", caller, (query, limit)))
+    async def history_search(self, caller: str, request: SearchRequest) -> list[HistoryHit]:
+        self.kernel_calls.append(("history_search", caller, (request.query, request.limit)))
         return []
 
-    async def history_events(
-        self, caller: str, type: str | None, after: int | None, limit: int
-    ) -> list[HistoryEvent]:
-        self.kernel_calls.append(("history_events", caller, (type, after, limit)))
+    async def history_events(self, caller: str, request: EventsRequest) -> list[HistoryEvent]:
+        asked = (request.type, request.after, request.limit)
+        self.kernel_calls.append(("history_events", caller, asked))
         return []
 
-    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
-        raise NotFound(f"this session has no turn {turn}")
-
-    async def history_output(self, caller: str, cell: int) -> str:
-        raise NotFound(f"this session has no cell {cell}")
-
-    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
-        self.kernel_calls.append(("compact", caller, instructions))
+    async def compact(self, caller: str, request: CompactRequest) -> CompactReply:
+        self.kernel_calls.append(("compact", caller, request.instructions))
         return CompactReply(False, detail="the fake host has no context")
 
-    async def harness_list(
-        self, kind: str | None, scope: str | None, status: str | None
-    ) -> list[HarnessEntry]:
+    async def harness_list(self, request: HarnessQuery) -> list[HarnessEntry]:
         return []
 
-    async def harness_show(self, ref: str) -> HarnessDetail:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def harness_log(self, limit: int) -> list[HarnessEntry]:
+    async def harness_log(self, request: LogQuery) -> list[HarnessEntry]:
         return []
 
-    async def harness_diff(self, ref: str, from_version: int | None, to_version: int | None) -> str:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def harness_revert(
-        self, ref: str, to_version: int, command: CommandKey | None
-    ) -> HarnessEntry:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def harness_approve(
-        self, ref: str, reason: str, command: CommandKey | None
-    ) -> HarnessEntry:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def harness_reject(
-        self, ref: str, reason: str, command: CommandKey | None
-    ) -> HarnessEntry:
-        raise NotFound(f"no harness entry {ref!r}")
-
-    async def harness_prompt(self, session: str) -> HarnessPrompt:
-        info = self._resolve(session)
+    async def harness_prompt(self, request: SessionRef) -> HarnessPrompt:
+        info = self._resolve(request.session)
         return HarnessPrompt(info.id, "", 0, 0, (), ())
 
-    async def refine(
-        self, session: str, instructions: str | None, command: CommandKey | None
-    ) -> RefineReply:
-        raise UsageError("the fake host has no harness")
-
-    # -- goals and schedules: none (tested against the runtime) ----------------------------
-
-    async def goal(self, session: str) -> GoalInfo | None:
-        self._resolve(session)
+    async def goal(self, request: SessionRef) -> GoalInfo | None:
+        self._resolve(request.session)
         return None
 
-    async def set_goal(
-        self, session: str, request: SetGoal, command: CommandKey | None
-    ) -> GoalInfo:
-        raise UsageError("the fake host has no goals")
-
-    async def change_goal(
-        self, session: str, action: GoalAction, command: CommandKey | None
-    ) -> GoalInfo:
-        raise UsageError("the fake host has no goals")
-
-    async def schedules(self, session: str | None, finished: bool) -> list[ScheduleInfo]:
+    async def schedules(self, request: ScheduleQuery) -> list[ScheduleInfo]:
         return []
-
-    async def add_schedule(
-        self, session: str, request: AddSchedule, command: CommandKey | None
-    ) -> ScheduleInfo:
-        raise UsageError("the fake host has no schedules")
-
-    async def cancel_schedule(self, job: int, command: CommandKey | None) -> ScheduleInfo:
-        raise NotFound(f"no scheduled job {job}")
 
     async def caller_goal(self, caller: str) -> GoalInfo | None:
         self.kernel_calls.append(("caller_goal", caller, None))
         return None
 
-    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
-        self.kernel_calls.append(("complete_goal", caller, summary))
+    async def complete_goal(self, caller: str, request: CompleteGoal) -> GoalInfo:
+        self.kernel_calls.append(("complete_goal", caller, request.summary))
         raise UsageError("this session has no goal to complete")
 
     async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
@@ -349,14 +287,6 @@ class FakeKernelHost(FakeHost):
     async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
         self.kernel_calls.append(("heartbeat_list", caller, None))
         return []
-
-    async def heartbeat_update(
-        self, caller: str, ref: str, request: UpdateSchedule
-    ) -> ScheduleInfo:
-        raise NotFound(f"no scheduled job {ref!r} for this session")
-
-    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
-        raise NotFound(f"no scheduled job {ref!r} for this session")
 
     # -- internals --------------------------------------------------------------------------
 

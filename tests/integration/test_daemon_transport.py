@@ -337,6 +337,13 @@ async def test_errors_map_to_statuses_and_the_error_tree(
             ("GET", "/v1/sessions/taken/events?follow=maybe", None, 400, "invalid"),
             ("POST", "/v1/sessions/taken/messages", b'{"text": "lost-in-crash"}', 409, "uncertain"),
             ("POST", "/v1/sessions", b'{"task": "t", "name": "boom"}', 500, "internal"),
+            # Requests are built by type from the table's rows: a wrong type is a 400.
+            ("POST", "/v1/sessions/taken/messages", b'{"text": 7}', 400, "invalid"),
+            ("POST", "/v1/sessions/taken/wait-quiet", b'{"timeout": "soon"}', 400, "invalid"),
+            ("PUT", "/v1/sessions/taken/goal", b'{"objective": ["x"]}', 400, "invalid"),
+            ("GET", "/v1/harness/log?limit=many", None, 400, "invalid"),
+            ("GET", "/v1/harness/entries?kind=poem", None, 400, "invalid"),
+            ("DELETE", "/v1/schedules/first", None, 400, "invalid"),
         ]
         for method, path, body, status, kind in cases:
             reply = await http.request(method, path, content=body)

@@ -15,6 +15,7 @@ from recursa.models.faux import code, register_script, reply
 from recursa.models.types import Usage
 from recursa.protocol.control import AddSchedule
 from recursa.protocol.events import CellFinished, CellStarted, Notice, TurnEnded, UserInput
+from recursa.protocol.person_ops import GoalChange, SessionRef
 from recursa.runtime.host import RuntimeHost
 from recursa.session import Session
 from recursa.testing import make_runtime
@@ -92,7 +93,7 @@ async def test_a_goal_pauses_resumes_and_stops_when_its_budget_is_spent(
         session = await runtime.create_session(model="faux/spender", cwd=tmp_path)
         runtime.goals.set(session.id, "spend wisely", budget=1000)
         # Paused before its first turn ends: that turn runs, no other follows.
-        paused = await host.change_goal(session.id, "pause", None)
+        paused = await host.people.change_goal(GoalChange(session.id, "pause"), None)
         assert paused.status == "paused"
         await idle(session)
         assert len(ends(session)) == 1
@@ -134,7 +135,7 @@ async def test_an_interrupt_by_a_person_pauses_the_goal(home: Path, tmp_path: Pa
         session.listen(lambda r: started.set() if isinstance(r.event, CellStarted) else None)
         runtime.goals.set(session.id, "wait forever")
         await asyncio.wait_for(started.wait(), TIMEOUT)
-        await host.interrupt(session.id)
+        await host.people.interrupt(SessionRef(session.id))
         await idle(session)
         goal = runtime.goals.info(session.id)
         assert goal is not None and goal.status == "paused"

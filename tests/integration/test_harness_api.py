@@ -15,6 +15,7 @@ from recursa.errors import UsageError
 from recursa.models.faux import code, register_script, reply
 from recursa.protocol.events import CellFinished
 from recursa.protocol.harness import Edit
+from recursa.protocol.person_ops import Decision
 from recursa.protocol.wire import CommandKey
 from recursa.runtime import Runtime
 from recursa.runtime.host import RuntimeHost
@@ -242,12 +243,12 @@ async def test_a_persons_change_repeated_by_its_command_id_is_not_run_twice(
         [proposed] = harness.apply_staged(session.id)
         assert proposed.status == "proposed"
         key = CommandKey("client", "approve-1")
-        first = await host.harness_approve(str(receipt["entry_id"]), "fine", key)
-        again = await host.harness_approve(str(receipt["entry_id"]), "fine", key)
+        first = await host.people.harness_approve(Decision(str(receipt["entry_id"]), "fine"), key)
+        again = await host.people.harness_approve(Decision(str(receipt["entry_id"]), "fine"), key)
         assert first == again and (first.version, first.status) == (2, "active")
         assert len(runtime.store.harness.history(first.id)) == 2
         # A refused change records nothing, so its retry is refused the same way.
         refused = CommandKey("client", "approve-2")
         for _ in range(2):
             with pytest.raises(UsageError, match="is active, not proposed"):
-                await host.harness_approve(first.id, "", refused)
+                await host.people.harness_approve(Decision(first.id), refused)

@@ -29,7 +29,8 @@ from recursa.protocol.events import (
     TurnStarted,
     UserInput,
 )
-from recursa.protocol.wire import CommandKey, SendMessage
+from recursa.protocol.person_ops import SendTo, SessionRef
+from recursa.protocol.wire import CommandKey
 from recursa.runtime.host import RuntimeHost
 from recursa.testing import make_runtime
 
@@ -229,13 +230,13 @@ async def test_host_commands_are_idempotent_and_pending_ones_uncertain(
         host = RuntimeHost(runtime)
         session = await runtime.create_session(model="faux/idem", cwd=tmp_path)
         key = CommandKey("client-1", "cmd-1")
-        first = await host.send(session.id, SendMessage("once"), key)
-        again = await host.send(session.id, SendMessage("once"), key)
+        first = await host.people.send(SendTo(session.id, "once"), key)
+        again = await host.people.send(SendTo(session.id, "once"), key)
         assert again == first
         await session.wait_idle()
         texts = [r.event.text for r in session.history() if r.event.type == "user_input"]
         assert texts == ["once"]
         runtime.store.commands.begin("client-1", "cmd-2", "stop")  # begun, never finished
         with pytest.raises(UncertainCommand, match="not run again"):
-            await host.stop(session.id, CommandKey("client-1", "cmd-2"))
+            await host.people.stop(SessionRef(session.id), CommandKey("client-1", "cmd-2"))
         assert session.status == "idle"  # the stop did not happen

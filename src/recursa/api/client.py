@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from recursa.errors import (
@@ -68,6 +69,9 @@ class _Connection:
 
 
 _current: _Connection | None = None
+_OPERATIONS: dict[str, Any] = {}
+"""The kernel rows by name, filled on the first call."""
+
 T = TypeVar("T")
 
 
@@ -81,18 +85,49 @@ def configured() -> tuple[str, str]:
     return socket, token
 
 
-async def call(
-    method: str,
-    path: str,
-    body: dict[str, Any] | None = None,
+async def run(
+    name: str,
+    fields: dict[str, Any] | None = None,
     *,
-    timeout: float | None = CALL_TIMEOUT,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    timeout: float | EllipsisType | None = ...,  # noqa: ASYNC109 -- a read timeout, for httpx2
     what: str,
 ) -> Any:
-    """Send one request under ``/v1/kernel`` and return the reply's JSON.
+    """Run the kernel operation ``name`` of the table (:mod:`recursa.protocol.kernel_ops`)
+    and return the reply's JSON.
 
-    ``timeout`` bounds the wait for the reply (None: no bound, for a long poll
-    without a limit); ``what`` names the call in error messages (``rlm()``)."""
+    ``fields`` are the request's (path, query or body, as the row says),
+    built into its request value as the daemon builds it, so a malformed one
+    fails here (ValueError) before anything is sent. ``timeout`` bounds the
+    wait for the reply (``...``: the row's, else :data:`CALL_TIMEOUT`; None:
+    no bound, for a long poll without a limit, see :func:`poll_timeout`);
+    ``what`` names the call in error messages (``rlm()``)."""
+    __tracebackhide__ = True
+    from urllib.parse import urlencode
+
+    from recursa.protocol.operations import operations
+    from recursa.protocol.wire import from_json
+
+    op = _OPERATIONS.get(name)
+    if op is None:
+        _OPERATIONS.update((row.name, row) for row in operations() if row.audience == "kernel")
+        op = _OPERATIONS[name]
+    value = None if op.request is None else from_json(op.request, fields or {})
+    path, query, body = op.url(value)
+    if query:
+        path += f"?{urlencode(query)}"
+    wait = (op.timeout or CALL_TIMEOUT) if isinstance(timeout, EllipsisType) else timeout
+    return await _call(op.method, path, body, timeout=wait, what=what)
+
+
+async def _call(
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    *,
+    timeout: float | None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    what: str,
+) -> Any:
+    """Send one request (``path`` under the API prefix) and return the reply's JSON."""
     __tracebackhide__ = True
     import httpx2
 
@@ -105,7 +140,7 @@ async def call(
     try:
         response = await connection.http.request(
             method,
-            f"{API_PREFIX}/kernel{path}",
+            f"{API_PREFIX}{path}",
             content=content,
             headers=headers,
             timeout=httpx2.Timeout(timeout, connect=CONNECT_TIMEOUT),
@@ -259,13 +294,13 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "UNAVAILABLE",
     "aclose",
-    "call",
     "configured",
     "decode",
     "decode_list",
     "malformed",
     "optional_text_arg",
     "poll_timeout",
+    "run",
     "seconds",
     "text_arg",
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import quote
 
 from recursa.api import client
 from recursa.api.client import optional_text_arg as _optional_text
@@ -45,7 +44,7 @@ class GoalApi:
         """Your current goal, or None."""
         __tracebackhide__ = True
         what = "goal.get()"
-        data = await client.call("GET", "/goal", what=what)
+        data = await client.run("caller_goal", what=what)
         return None if data is None else _goal(data, what)
 
     async def complete(self, summary: str = "") -> Info:
@@ -54,7 +53,7 @@ class GoalApi:
         if not isinstance(summary, str):
             raise TypeError(f"summary must be a str, not {type(summary).__name__}")
         what = "goal.complete()"
-        data = await client.call("POST", "/goal/complete", {"summary": summary}, what=what)
+        data = await client.run("complete_goal", {"summary": summary}, what=what)
         return _goal(data, what)
 
     def __repr__(self) -> str:
@@ -102,13 +101,13 @@ class HeartbeatApi:
             "mode": _mode(mode),
         }
         what = "heartbeat.create()"
-        return _job(await client.call("POST", "/heartbeats", body, what=what), what)
+        return _job(await client.run("heartbeat_create", body, what=what), what)
 
     async def list(self) -> list[Info]:
         """Your active jobs, oldest first."""
         __tracebackhide__ = True
         what = "heartbeat.list()"
-        data = await client.call("GET", "/heartbeats", what=what)
+        data = await client.run("heartbeat_list", what=what)
         if not isinstance(data, list):
             raise client.malformed(what)
         return [_job(item, what) for item in data]
@@ -135,13 +134,15 @@ class HeartbeatApi:
         if all(value is None for value in body.values()):
             raise ValueError("nothing to change: give prompt, every, cron, after, label or mode")
         what = "heartbeat.update()"
-        return _job(await client.call("PATCH", _path(job), body, what=what), what)
+        return _job(
+            await client.run("heartbeat_update", {"job": _job_ref(job), **body}, what=what), what
+        )
 
     async def delete(self, job: int | str) -> Info:
         """Cancel one of your jobs; returns it, cancelled."""
         __tracebackhide__ = True
         what = "heartbeat.delete()"
-        return _job(await client.call("DELETE", _path(job), what=what), what)
+        return _job(await client.run("heartbeat_delete", {"job": _job_ref(job)}, what=what), what)
 
     def __repr__(self) -> str:
         return (
@@ -181,13 +182,13 @@ def _mode(mode: object) -> str:
     return str(mode)
 
 
-def _path(job: object) -> str:
+def _job_ref(job: object) -> str:
     if isinstance(job, bool) or not isinstance(job, int | str):
         raise TypeError(f"job must be a job's id (int) or label (str), not {type(job).__name__}")
     ref = str(job).strip()
     if not ref:
         raise ValueError("job is empty")
-    return f"/heartbeats/{quote(ref, safe='')}"
+    return ref
 
 
 def _goal(data: object, what: str) -> Info:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from recursa.api import client
 from recursa.api.client import text_arg as _text
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
 KINDS = ("prompt_note", "memory", "skill", "subagent_spec")
 SCOPES = ("local", "global")
 STATUSES = ("proposed", "active", "rejected", "rolled_back", "deleted")
-REFINE_TIMEOUT = 600.0
-"""Seconds ``refine.run()`` may wait: it is a model call over the session's events."""
 
 Entry = dict[str, object]
 """One version of an entry: id, version, kind, title, scope, status, content,
@@ -136,7 +133,7 @@ class HarnessApi:
         """The newest version of ``entry`` (NotFound if you cannot see it)."""
         __tracebackhide__ = True
         what = "harness.get()"
-        data = await client.call("GET", _path(_ref(entry)), what=what)
+        data = await client.run("visible_entry", {"entry": _ref(entry)}, what=what)
         return _entry(data, what)
 
     async def list(
@@ -151,17 +148,14 @@ class HarnessApi:
             "scope": None if scope is None else _choice(scope, "scope", SCOPES),
             "status": None if status is None else _choice(status, "status", STATUSES),
         }
-        query = "&".join(f"{k}={v}" for k, v in params.items() if v is not None)
-        data = await client.call(
-            "GET", "/harness/entries" + (f"?{query}" if query else ""), what=what
-        )
+        data = await client.run("visible_entries", params, what=what)
         return _entries(data, what)
 
     async def history(self, entry: str) -> Entries:
         """Every version of ``entry``, oldest first."""
         __tracebackhide__ = True
         what = "harness.history()"
-        data = await client.call("GET", _path(_ref(entry), "history"), what=what)
+        data = await client.run("visible_history", {"entry": _ref(entry)}, what=what)
         return _entries(data, what)
 
     async def diff(
@@ -172,12 +166,11 @@ class HarnessApi:
         __tracebackhide__ = True
         what = "harness.diff()"
         params = {
-            "from": _optional_version(from_version, "from_version"),
-            "to": _optional_version(to_version, "to_version"),
+            "entry": _ref(entry),
+            "from_version": _optional_version(from_version, "from_version"),
+            "to_version": _optional_version(to_version, "to_version"),
         }
-        query = "&".join(f"{k}={v}" for k, v in params.items() if v is not None)
-        path = _path(_ref(entry), "diff") + (f"?{query}" if query else "")
-        data = await client.call("GET", path, what=what)
+        data = await client.run("visible_diff", params, what=what)
         text = data.get("diff") if isinstance(data, dict) else None
         if not isinstance(text, str):
             raise client.malformed(what)
@@ -209,7 +202,7 @@ class Refiner:
 
         what = "refine.run()"
         body = {"instructions": _optional_str(instructions, "instructions")}
-        data = await client.call("POST", "/refine", body, timeout=REFINE_TIMEOUT, what=what)
+        data = await client.run("refine_caller", body, what=what)
         reply = client.decode(RefineReply, data, what)
         out = to_json(reply)
         return {**out, "staged": list(reply.staged), "problems": list(reply.problems)}
@@ -223,7 +216,7 @@ async def _edit(op: EditOp, entry: str | None, body: Mapping[str, object], what:
     from recursa.protocol.wire import HarnessReceipt, to_json
 
     request = {"op": op, "entry": None if entry is None else _ref(entry), **body}
-    data = await client.call("POST", "/harness/edits", request, what=what)
+    data = await client.run("stage_edit", request, what=what)
     return to_json(client.decode(HarnessReceipt, data, what))
 
 
@@ -239,11 +232,6 @@ def _entries(data: object, what: str) -> Entries:
     if not isinstance(data, list):
         raise client.malformed(what)
     return [_entry(item, what) for item in data]
-
-
-def _path(ref: str, action: str | None = None) -> str:
-    path = f"/harness/entries/{quote(ref, safe='')}"
-    return f"{path}/{action}" if action else path
 
 
 def _ref(entry: object) -> str:

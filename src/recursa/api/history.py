@@ -22,8 +22,6 @@ DEFAULT_RESULTS = 20
 MAX_RESULTS = 200
 DEFAULT_EVENTS = 50
 MAX_EVENTS = 1000
-COMPACT_TIMEOUT = 600.0
-"""Seconds ``compact.run()`` may wait: it is a model call over the context."""
 
 Hit = dict[str, Any]
 """One search hit: seq, type, turn, ts, text (an excerpt around the match), cell,
@@ -61,7 +59,7 @@ class History:
         if not query:
             raise ValueError("query is empty")
         body = {"query": query, "limit": _count(limit, "limit", MAX_RESULTS)}
-        data = await client.call("POST", "/history/search", body, what=what)
+        data = await client.run("history_search", body, what=what)
         return _dicts(data, what)
 
     async def events(
@@ -78,7 +76,7 @@ class History:
             if after < 0:
                 raise ValueError("after must be 0 or more")
         body = {"type": type, "after": after, "limit": _count(limit, "limit", MAX_EVENTS)}
-        data = await client.call("POST", "/history/events", body, what=what)
+        data = await client.run("history_events", body, what=what)
         return _dicts(data, what)
 
     async def turn(self, n: int) -> list[EventDict]:
@@ -86,14 +84,14 @@ class History:
         __tracebackhide__ = True
         what = "history.turn()"
         number = _whole(n, "n")
-        return _dicts(await client.call("GET", f"/history/turns/{number}", what=what), what)
+        return _dicts(await client.run("history_turn", {"turn": number}, what=what), what)
 
     async def output(self, cell: int) -> str:
         """The complete output of cell ``cell``."""
         __tracebackhide__ = True
         what = "history.output()"
         number = _whole(cell, "cell")
-        data = await client.call("GET", f"/history/outputs/{number}", what=what)
+        data = await client.run("history_output", {"cell": number}, what=what)
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
             raise client.malformed(what)
         return str(data["text"])
@@ -128,7 +126,7 @@ class Compact:
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str, not {_name(instructions)}")
         body = {"instructions": instructions}
-        data = await client.call("POST", "/compact", body, timeout=COMPACT_TIMEOUT, what=what)
+        data = await client.run("compact", body, what=what)
         return to_json(client.decode(CompactReply, data, what))
 
     def __repr__(self) -> str:

@@ -75,9 +75,8 @@ class AgentMessenger:
         from recursa.protocol.wire import InboxMessage
 
         seconds = client.seconds(wait, "wait", allow_none=False)
-        data = await client.call(
-            "POST",
-            "/inbox",
+        data = await client.run(
+            "inbox",
             {"wait": seconds},
             timeout=client.poll_timeout(seconds),
             what="agent_message.inbox()",
@@ -98,7 +97,7 @@ async def send_message(text: str, *, to: str, mode: str, what: str) -> list[Rece
     from recursa.protocol.wire import Receipt
 
     body = {"text": check_text(text), "to": to, "mode": check_mode(mode)}
-    data = await client.call("POST", "/messages", body, what=what)
+    data = await client.run("message", body, what=what)
     return client.decode_list(Receipt, data, what)
 
 

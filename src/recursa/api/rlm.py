@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from recursa.api import client
 from recursa.api.client import optional_text_arg as _option
@@ -56,7 +55,7 @@ class SubagentHandle:
     async def refresh(self) -> Handle:
         """A fresh view of the child (what ``await handle.status()`` does)."""
         __tracebackhide__ = True
-        data = await client.call("GET", _path(self.id), what="handle.status()")
+        data = await client.run("subagent", {"ref": self.id}, what="handle.status()")
         return self._update(_handle(data))
 
     async def wait(self, timeout: float | None = None) -> Handle:  # noqa: ASYNC109
@@ -64,10 +63,9 @@ class SubagentHandle:
         seconds (None: no limit) raise TimeoutError; the child keeps running."""
         __tracebackhide__ = True
         seconds = client.seconds(timeout, "timeout", allow_none=True)
-        data = await client.call(
-            "POST",
-            _path(self.id, "wait"),
-            {"timeout": seconds},
+        data = await client.run(
+            "wait",
+            {"ref": self.id, "timeout": seconds},
             timeout=client.poll_timeout(seconds),
             what="handle.wait()",
         )
@@ -177,7 +175,7 @@ class Rlm:
             "spec": _option(spec, "spec"),
             "budget": check_budget(budget),
         }
-        data = await client.call("POST", "/rlm", body, what="rlm()")
+        data = await client.run("spawn", body, what="rlm()")
         return SubagentHandle(_handle(data))
 
     async def list_subagents(self) -> list[SubagentHandle]:
@@ -185,7 +183,7 @@ class Rlm:
         __tracebackhide__ = True
         from recursa.protocol.wire import Handle
 
-        data = await client.call("GET", "/subagents", what="rlm.list_subagents()")
+        data = await client.run("subagents", what="rlm.list_subagents()")
         views = client.decode_list(Handle, data, "rlm.list_subagents()")
         return [SubagentHandle(view) for view in views]
 
@@ -201,7 +199,7 @@ class Rlm:
             raise TypeError(
                 f"delete_subagent takes a handle, an id or a name, not {type(subagent).__name__}"
             )
-        data = await client.call("DELETE", _path(ref), what="rlm.delete_subagent()")
+        data = await client.run("delete_subagent", {"ref": ref}, what="rlm.delete_subagent()")
         view = _handle(data)
         if isinstance(subagent, SubagentHandle):
             subagent._update(view)
@@ -266,11 +264,6 @@ def _handle(data: object) -> Handle:
     from recursa.protocol.wire import Handle
 
     return client.decode(Handle, data, "a sub-agent call")
-
-
-def _path(ref: str, action: str | None = None) -> str:
-    path = f"/subagents/{quote(ref, safe='')}"
-    return f"{path}/{action}" if action else path
 
 
 rlm = Rlm()

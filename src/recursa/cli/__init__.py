@@ -13,7 +13,6 @@ import traceback
 import typer
 
 from recursa.config import debug_enabled
-from recursa.daemon.harden import harden_process
 from recursa.errors import RecursaError
 
 app = typer.Typer(
@@ -39,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit. Typer handles usage errors (exit 2) and ``typer.Exit``;
     a :class:`RecursaError` becomes one line on stderr and its exit code; any other
     exception is a bug: one line (the traceback with ``RECURSA_DEBUG=1``), exit 1."""
+    from recursa.daemon.client import harden_process
+
     harden_process()
     for stream in (sys.stdout, sys.stderr):
         # Text from models and cells may carry lone surrogates (undecodable bytes);

@@ -17,7 +17,6 @@ from recursa.protocol.wire import (
     Autonomous,
     Usage,
 )
-from recursa.runtime import Runtime
 
 EXIT_LIMIT = 8
 
@@ -88,14 +87,6 @@ def exit_code(end: AutonomousEnded | None, last: TurnEnded | None) -> int:
     return code or 1
 
 
-def run_end(runtime: Runtime, session_id: str) -> AutonomousEnded | None:
-    """How the session's autonomous run ended (None: it has not)."""
-    state = runtime.autonomy.state(session_id)
-    if state is None or state.outcome is None:
-        return None
-    return AutonomousEnded(outcome=state.outcome, detail=state.detail, turns=state.turns)
-
-
 def finish(
     session_id: str,
     run_end: AutonomousEnded | None,
@@ -125,4 +116,4 @@ def finish(
     print(f"recursa: {line}", file=sys.stderr)
 
 
-__all__ = ["EXIT_BY_REASON", "EXIT_LIMIT", "exit_code", "finish", "plan", "run_end"]
+__all__ = ["EXIT_BY_REASON", "EXIT_LIMIT", "exit_code", "finish", "plan"]

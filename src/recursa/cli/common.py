@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from recursa.config import environment, load_config
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
+from recursa.config import load_config
+
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
 T = TypeVar("T")
 
@@ -18,9 +19,9 @@ def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
     """Run ``work`` with a client of the daemon, starting one when none runs."""
 
     async def go() -> T:
-        config = load_config()
-        await process.ensure_running(config.home, env=environment())
-        async with DaemonClient(config.home) as client:
+        from recursa.daemon.client import connect
+
+        async with connect(load_config()) as client:
             return await work(client)
 
     return asyncio.run(go())

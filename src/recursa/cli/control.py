@@ -11,7 +11,7 @@ delivered once, not one by one.
 
 Sessions are named by id, id prefix or name. Like the session commands,
 these talk to the daemon and start one when none runs; a spec or budget
-that cannot work is refused with one line before that.
+that cannot work is refused by the daemon with one line (exit 2).
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ from recursa.cli import app
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
-from recursa.control import goals as goal_rules
-from recursa.control import schedule as plan
-from recursa.errors import UsageError
-from recursa.protocol.control import AddSchedule, GoalAction, GoalInfo, ScheduleInfo
+from recursa.protocol import person_ops as ops
+from recursa.protocol.control import GoalAction, GoalInfo, ScheduleInfo
 from recursa.protocol.wire import to_json
 
 goal_app = typer.Typer(
@@ -74,18 +72,14 @@ def set_goal(
     json_out: JsonOpt = False,
 ) -> None:
     """Give a session a goal (replacing any); it starts working toward it now."""
-    try:
-        text = goal_rules.check_objective(objective)
-        tokens = goal_rules.check_budget(budget)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    _show_goal(_with_client(lambda c: c.set_goal(session, text, tokens)), json_out)
+    request = ops.GoalFor(session, objective, budget)  # the daemon judges them
+    _show_goal(_with_client(lambda c: c.call(ops.SET_GOAL, request)), json_out)
 
 
 @goal_app.command("status")
 def goal_status(session: SessionArg, json_out: JsonOpt = False) -> None:
     """The session's goal: objective, status, tokens used and left."""
-    found = _with_client(lambda c: c.goal(session))
+    found = _with_client(lambda c: c.call(ops.GOAL, ops.SessionRef(session)))
     if found is None:
         if json_out:
             _dump(None)
@@ -96,7 +90,9 @@ def goal_status(session: SessionArg, json_out: JsonOpt = False) -> None:
 
 
 def _change(session: str, action: GoalAction, json_out: bool) -> None:
-    _show_goal(_with_client(lambda c: c.change_goal(session, action)), json_out)
+    _show_goal(
+        _with_client(lambda c: c.call(ops.CHANGE_GOAL, ops.GoalChange(session, action))), json_out
+    )
 
 
 @goal_app.command("pause")
@@ -151,16 +147,9 @@ def add(
     json_out: JsonOpt = False,
 ) -> None:
     """Schedule a prompt for a session: recursa schedule add SESSION SPEC -- PROMPT."""
-    text = " ".join(prompt)
-    try:
-        parsed = plan.parse(spec)
-        checked_mode = plan.check_mode(mode)
-        plan.check_prompt(text)
-        checked_label = plan.check_label(label)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    request = AddSchedule(spec=parsed.text, prompt=text, mode=checked_mode, label=checked_label)
-    job = _with_client(lambda c: c.add_schedule(session, request))
+    # The spec, prompt, mode and label are the daemon's to judge (one line, exit 2).
+    request = ops.ScheduleFor(session, spec, " ".join(prompt), mode, label)
+    job = _with_client(lambda c: c.call(ops.ADD_SCHEDULE, request))
     if json_out:
         _dump(to_json(job))
         return
@@ -178,7 +167,7 @@ def list_jobs(
     json_out: JsonOpt = False,
 ) -> None:
     """Scheduled jobs: id, session, schedule, next tick, ticks delivered, prompt."""
-    jobs = _with_client(lambda c: c.schedules(session, finished=everything))
+    jobs = _with_client(lambda c: c.call(ops.SCHEDULES, ops.ScheduleQuery(session, everything)))
     if json_out:
         _dump([to_json(job) for job in jobs])
         return
@@ -214,7 +203,7 @@ def cancel(
     json_out: JsonOpt = False,
 ) -> None:
     """Cancel a scheduled job; it delivers nothing more."""
-    cancelled = _with_client(lambda c: c.cancel_schedule(job))
+    cancelled = _with_client(lambda c: c.call(ops.CANCEL_SCHEDULE, ops.JobRef(job)))
     if json_out:
         _dump(to_json(cancelled))
         return

@@ -1,4 +1,4 @@
-"""``recursa daemon start | stop | status`` and ``recursa shutdown``."""
+"""``recursa daemon start | stop | status | openapi`` and ``recursa shutdown``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
-from recursa.config import environment, load_config
-from recursa.daemon import process
+from recursa.config import load_config
 from recursa.protocol.wire import to_json
 
 daemon_app = typer.Typer(help="The local daemon that owns every session.", no_args_is_help=True)
@@ -21,13 +20,14 @@ app.add_typer(daemon_app, name="daemon")
 @daemon_app.command("start")
 def start() -> None:
     """Start the daemon for RECURSA_HOME (sessions come back as they were)."""
+    from recursa.daemon import client as daemon
+
     config = load_config()
-    before = asyncio.run(process.status(config.home))
+    before = asyncio.run(daemon.daemon_status(config.home))
     if before is not None:
         print(f"the daemon is already running (pid {before.pid})")
         return
-    state = asyncio.run(process.ensure_running(config.home, env=environment()))
-    print(f"daemon started (pid {state.pid})")
+    print(f"daemon started (pid {asyncio.run(daemon.start_daemon(config))})")
 
 
 @daemon_app.command("stop")
@@ -43,8 +43,10 @@ def stop_daemon(
 @daemon_app.command("status")
 def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Whether a daemon runs, and what it holds. Exit 1 when none runs."""
+    from recursa.daemon import client as daemon
+
     config = load_config()
-    found = asyncio.run(process.status(config.home))
+    found = asyncio.run(daemon.daemon_status(config.home))
     if json_out:
         print(json.dumps({"running": found is not None, **(to_json(found) if found else {})}))
     elif found is None:
@@ -59,6 +61,14 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
         raise typer.Exit(1)
 
 
+@daemon_app.command("openapi")
+def openapi() -> None:
+    """Print the daemon's people's API as an OpenAPI document (JSON)."""
+    from recursa.daemon import client as daemon
+
+    print(json.dumps(daemon.openapi_document(), indent=2))
+
+
 @app.command()
 def shutdown(
     force: Annotated[
@@ -70,6 +80,8 @@ def shutdown(
 
 
 def _shutdown(force: bool) -> None:
+    from recursa.daemon import client as daemon
+
     config = load_config()
-    pid = asyncio.run(process.stop(config.home, force=force))
+    pid = asyncio.run(daemon.stop_daemon(config.home, force=force))
     print(f"daemon stopped (pid {pid})")

@@ -17,9 +17,9 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from recursa.cli.render import TranscriptPrinter, json_line
-from recursa.daemon.client import DaemonClient
 from recursa.protocol.events import (
     AutonomousEnded,
     EventRecord,
@@ -27,6 +27,9 @@ from recursa.protocol.events import (
     TurnEnded,
     record_to_dict,
 )
+
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
 
 @dataclass

@@ -21,6 +21,7 @@ from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
 from recursa.errors import UsageError
+from recursa.protocol import person_ops as ops
 from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
 
 harness_app = typer.Typer(
@@ -63,7 +64,9 @@ def list_entries(
     json_out: JsonOpt = False,
 ) -> None:
     """Every entry's newest version: id, kind, title, scope, status, version."""
-    entries = _with_client(lambda c: c.harness_list(kind=kind, scope=scope, status=status))
+    entries = _with_client(
+        lambda c: c.call(ops.HARNESS_LIST, ops.HarnessQuery(kind, scope, status))
+    )
     if json_out:
         _dump([to_json(entry) for entry in entries])
         return
@@ -97,10 +100,12 @@ def show(
     if (entry is None) == (prompt is None):
         raise UsageError("give an entry, or --prompt SESSION (not both)")
     if prompt is not None:
-        _show_prompt(_with_client(lambda c: c.harness_prompt(prompt)), json_out)
+        _show_prompt(
+            _with_client(lambda c: c.call(ops.HARNESS_PROMPT, ops.SessionRef(prompt))), json_out
+        )
         return
     assert entry is not None
-    detail = _with_client(lambda c: c.harness_show(entry))
+    detail = _with_client(lambda c: c.call(ops.HARNESS_SHOW, ops.EntryRef(entry)))
     if json_out:
         _dump(to_json(detail))
         return
@@ -161,7 +166,7 @@ def log(
     json_out: JsonOpt = False,
 ) -> None:
     """What changed, when, by whom, why, and from which evidence (newest first)."""
-    versions = _with_client(lambda c: c.harness_log(limit))
+    versions = _with_client(lambda c: c.call(ops.HARNESS_LOG, ops.LogQuery(limit)))
     if json_out:
         _dump([to_json(version) for version in versions])
         return
@@ -202,7 +207,8 @@ def diff(
     ] = None,
 ) -> None:
     """A unified diff between two versions of an entry."""
-    text = _with_client(lambda c: c.harness_diff(entry, from_version, to_version))
+    query = ops.DiffQuery(entry, from_version, to_version)
+    text = _with_client(lambda c: c.call(ops.HARNESS_DIFF, query)).diff
     if not text:
         print("no differences", file=sys.stderr)
         return
@@ -218,7 +224,7 @@ def revert(
     to: Annotated[int, typer.Option("--to", help="The version to bring back (0: none).", min=0)],
 ) -> None:
     """Write a new version equal to an old one (0: before the entry existed)."""
-    written = _with_client(lambda c: c.harness_revert(entry, to))
+    written = _with_client(lambda c: c.call(ops.HARNESS_REVERT, ops.Revert(entry, to)))
     print(f"{written.id} v{written.version}: {written.status} (reverted to v{to})")
 
 
@@ -228,7 +234,7 @@ def approve(
     reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
 ) -> None:
     """Activate a proposed entry."""
-    written = _with_client(lambda c: c.harness_approve(entry, reason))
+    written = _with_client(lambda c: c.call(ops.HARNESS_APPROVE, ops.Decision(entry, reason)))
     print(f"{written.id} v{written.version}: {written.status}")
 
 
@@ -238,7 +244,7 @@ def reject(
     reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
 ) -> None:
     """Reject a proposed entry."""
-    written = _with_client(lambda c: c.harness_reject(entry, reason))
+    written = _with_client(lambda c: c.call(ops.HARNESS_REJECT, ops.Decision(entry, reason)))
     print(f"{written.id} v{written.version}: {written.status}")
 
 
@@ -252,7 +258,7 @@ def refine(
 ) -> None:
     """Propose harness edits from a session's recent events (a model call); they
     are staged for its next turn boundary (applied now when it is idle)."""
-    result = _with_client(lambda c: c.refine(session, instructions))
+    result = _with_client(lambda c: c.call(ops.REFINE, ops.RefineSession(session, instructions)))
     if json_out:
         _dump(to_json(result))
         return

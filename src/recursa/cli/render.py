@@ -31,7 +31,6 @@ from recursa.protocol.events import (
     json_text,
 )
 from recursa.protocol.wire import Usage
-from recursa.store import UsageTotals
 
 _RESET = "\x1b[0m"
 
@@ -88,18 +87,6 @@ def usage_dict(totals: Usage) -> dict[str, object]:
         "cost": round(totals.cost, 6) if not totals.unknown_cost_calls else None,
         "unknown_cost_calls": totals.unknown_cost_calls,
     }
-
-
-def usage_of(totals: UsageTotals) -> Usage:
-    """The store's totals as the wire's usage value."""
-    return Usage(
-        calls=totals.calls,
-        input_tokens=totals.input_tokens,
-        output_tokens=totals.output_tokens,
-        cached_tokens=totals.cached_tokens,
-        cost=totals.cost,
-        unknown_cost_calls=totals.unknown_cost_calls,
-    )
 
 
 @dataclass
@@ -277,5 +264,4 @@ __all__ = [
     "result_line",
     "usage_dict",
     "usage_line",
-    "usage_of",
 ]

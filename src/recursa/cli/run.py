@@ -3,7 +3,8 @@
 By default the session lives in the daemon (started when none runs): the
 command follows it and exits when it is idle; ``--detach`` returns at once
 with the session id; Ctrl-C interrupts the turn, a second Ctrl-C detaches.
-``--no-daemon`` runs everything in this process instead.
+``--no-daemon`` hosts the runtime in this process for this run only, and
+follows the session the same way, through the same client.
 
 ``--autonomous`` goes on, turn after turn, until every ``--gate`` passes or
 a limit of the whole run is reached, and then exits (:mod:`recursa.runtime.autonomy`).
@@ -19,13 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -39,27 +37,20 @@ from recursa.cli.render import (
     json_line,
     result_line,
     usage_line,
-    usage_of,
 )
-from recursa.config import Config, color_enabled, environment, load_config, parse_duration
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
-from recursa.daemon.embedded import serve_embedded
+from recursa.config import Config, color_enabled, load_config, parse_duration
 from recursa.errors import UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
 from recursa.protocol.wire import (
-    Autonomous,
     CreateSession,
     SendMessage,
     SessionInfo,
     Usage,
     UsageNode,
 )
-from recursa.runtime import Runtime
-from recursa.runtime.autonomy import spec_of
-from recursa.runtime.host import RuntimeHost
-from recursa.session import Session
-from recursa.session.compaction import check_context_window
+
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
 
 @app.command()
@@ -148,64 +139,48 @@ def run(
     )
     if plan is not None:  # --max-tokens and --max-time bound the whole run, not each turn
         max_tokens = max_time = None
-    limits = config.limits
-    if max_steps is not None:
-        limits = replace(limits, max_steps=max_steps or None)
-    if max_tokens is not None:
-        limits = replace(limits, max_tokens=max_tokens or None)
-    if max_time is not None:
-        limits = replace(limits, max_time=parse_duration(max_time, key="--max-time"))
+    cell_limit = None
     if cell_timeout is not None:
-        limits = replace(
-            limits,
-            cell_timeout=parse_duration(cell_timeout, key="--cell-timeout") or limits.cell_timeout,
+        cell_limit = (
+            parse_duration(cell_timeout, key="--cell-timeout") or config.limits.cell_timeout
         )
-    check_context_window(context_window)
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
     if detach and (no_daemon or interactive):
         raise UsageError("--detach needs the daemon and no --interactive")
-    if no_daemon:
-        config = replace(config, limits=limits)
-        code = asyncio.run(
-            _run(
-                config,
-                task,
-                model,
-                json_lines,
-                interactive,
-                cwd,
-                name,
-                plan,
-                context_window=context_window,
-            )
-        )
-    else:
-        request = CreateSession(
-            task=task if task and task.strip() else None,
-            model=model,
-            cwd=str((cwd or Path.cwd()).resolve()),
-            name=name,
-            max_steps=max_steps,
-            max_tokens=max_tokens,
-            max_time=parse_duration(max_time, key="--max-time") or 0.0
-            if max_time is not None
-            else None,
-            cell_timeout=limits.cell_timeout if cell_timeout is not None else None,
-            autonomous=plan,
-            context_window=context_window,
-        )
-        code = asyncio.run(_run_in_daemon(config, request, json_lines, interactive, detach))
+    request = CreateSession(
+        task=task if task and task.strip() else None,
+        model=model,
+        cwd=str((cwd or Path.cwd()).resolve()),
+        name=name,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_time=parse_duration(max_time, key="--max-time") or 0.0
+        if max_time is not None
+        else None,
+        cell_timeout=cell_limit,
+        autonomous=plan,
+        context_window=context_window,
+    )
+    code = asyncio.run(_run(config, request, json_lines, interactive, detach, local=no_daemon))
     raise typer.Exit(code)
 
 
-async def _run_in_daemon(
-    config: Config, request: CreateSession, json_lines: bool, interactive: bool, detach: bool
+async def _run(
+    config: Config,
+    request: CreateSession,
+    json_lines: bool,
+    interactive: bool,
+    detach: bool,
+    *,
+    local: bool,
 ) -> int:
-    """Create the session in the daemon (started when none runs) and follow it."""
+    """Create the session and follow it: in the daemon (started when none runs),
+    or, ``local``, in a daemon hosted by this process for this run only."""
+    from recursa.daemon.client import connect
+
     started = time.monotonic()
-    await process.ensure_running(config.home, env=environment())
-    async with DaemonClient(config.home) as client:
+    async with connect(config, in_process=local) as client:
         info = await client.create_session(request)
         if detach:
             print(f"started; follow it with: recursa attach {info.id}", file=sys.stderr)
@@ -231,7 +206,8 @@ async def _run_in_daemon(
         children = [c for c in await client.sessions() if c.parent_id is not None]
         usage = tree.own
     if state.detached:
-        print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
+        if not local:
+            print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
         return 130
     elapsed = time.monotonic() - started
     if request.autonomous is not None:
@@ -305,106 +281,6 @@ def _descendants(node: UsageNode) -> list[str]:
     return [d for child in node.children for d in (child.id, *_descendants(child))]
 
 
-async def _run(
-    config: Config,
-    task: str | None,
-    model: str | None,
-    json_lines: bool,
-    interactive: bool,
-    cwd: Path | None,
-    name: str | None,
-    autonomous: Autonomous | None = None,
-    *,
-    context_window: int | None = None,
-) -> int:
-    started = time.monotonic()
-    printer = TranscriptPrinter(color=color_enabled(sys.stderr))
-    async with (
-        await Runtime.open(config, warm_kernels=0) as runtime,
-        serve_embedded(RuntimeHost(runtime), directory=config.home / "api") as api_socket,
-    ):
-        runtime.api_socket = api_socket  # kernels reach rlm() and agent_message here
-        spec = None
-        if autonomous is not None:  # checked before the session exists
-            spec = runtime.autonomy.check(
-                spec_of(autonomous), runtime.default_model(model), task=task
-            )
-        session = await runtime.create_session(
-            model=model, cwd=cwd, name=name, context_window=context_window
-        )
-        for record in session.history():  # what was recorded before we listened
-            show(record, printer, json_lines)
-        session.listen(lambda record: show(record, printer, json_lines))
-        interrupts = _Interrupts(session)
-        interrupts.install()
-        end: TurnEnded | None = None
-        try:
-            if spec is not None:
-                runtime.autonomy.start(session, spec, task)
-                end = await _settle(runtime, session, json_lines)
-            elif task and task.strip():
-                end = await _turn(runtime, session, task, json_lines)
-            if interactive:
-                printer.echo_user = False  # what is typed at the prompt is on screen already
-                async for line in stdin_lines():
-                    if line.strip():
-                        end = await _turn(runtime, session, line, json_lines)
-        except asyncio.CancelledError:
-            if not interrupts.hard:
-                raise
-            end = session.last_end
-        finally:
-            interrupts.remove()
-        totals = usage_of(runtime.store.usage_totals(session.id))
-        elapsed = time.monotonic() - started
-        run_end = autonomous_run.run_end(runtime, session.id) if spec is not None else None
-        if spec is not None:
-            autonomous_run.finish(session.id, run_end, end, totals, printer, json_lines, elapsed)
-        else:
-            _finish(session.id, end, totals, printer, json_lines, elapsed)
-        tree = runtime.tree.usage(session.id)
-        children = [
-            SessionInfo(
-                id=row.id,
-                name=row.name,
-                parent_id=row.parent_id,
-                status=row.status,
-                model=row.model,
-                cwd=row.cwd,
-                created_at=row.created_at,
-                last_activity=row.updated_at,
-            )
-            for row in runtime.store.sessions()
-            if row.parent_id is not None
-        ]
-        _children_summary(tree, children, json_lines)
-        if interrupts.hard:
-            return 130
-        if spec is not None:
-            return autonomous_run.exit_code(run_end, end)
-        return EXIT_BY_REASON.get(end.reason, 1) if end is not None else 0
-
-
-async def _turn(
-    runtime: Runtime, session: Session, text: str, json_lines: bool
-) -> TurnEnded | None:
-    """One message, and the work it causes down the tree; then its answer goes
-    to stdout. (A sub-agent's answer starts another turn of the root, so the
-    root's idling is not the end while sub-agents work.)"""
-    session.send(text, mode="follow_up")
-    return await _settle(runtime, session, json_lines)
-
-
-async def _settle(runtime: Runtime, session: Session, json_lines: bool) -> TurnEnded | None:
-    """Wait until the session and its tree are quiet (an autonomous run's turns
-    follow each other without an idle between them); its last answer to stdout."""
-    await session.wait_idle()
-    await runtime.tree.wait_quiet(session.id, None)
-    end = session.last_end
-    _answer(end, json_lines)
-    return end
-
-
 def _answer(end: TurnEnded | None, json_lines: bool) -> None:
     """A turn's answer on stdout, as soon as it is known (not in --json mode)."""
     if not json_lines and end is not None and end.reason == "answered" and end.answer is not None:
@@ -431,33 +307,3 @@ def _finish(
         print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
     else:
         print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
-
-
-class _Interrupts:
-    """Ctrl-C interrupts the running turn (the session stays); Ctrl-C while no
-    turn runs, or a second one before the turn has stopped, quits, shutting the
-    kernel down cleanly."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.hard = False
-        self._main = asyncio.current_task()
-        self._pending: asyncio.Task[None] | None = None
-
-    def install(self) -> None:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
-
-    def remove(self) -> None:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-
-    def _on_sigint(self) -> None:
-        interrupting = self._pending is not None and not self._pending.done()
-        if interrupting or self.session.status != "running":
-            self.hard = True
-            if self._main is not None:
-                self._main.cancel()
-            return
-        sys.stderr.write("\n(interrupting the turn; press Ctrl-C again to quit)\n")
-        self._pending = asyncio.get_running_loop().create_task(self.session.interrupt())

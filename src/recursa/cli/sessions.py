@@ -7,27 +7,29 @@ talks to the daemon (starting one when none runs, since it owns the sessions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from recursa.cli import app
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, printable, usage_dict, usage_line
-from recursa.config import color_enabled, environment, load_config
-from recursa.daemon import process
-from recursa.daemon.client import DaemonClient
+from recursa.config import color_enabled, load_config
 from recursa.protocol.events import TurnStarted
 from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, UsageNode, to_json
 
+if TYPE_CHECKING:
+    from recursa.daemon.client import DaemonClient
 
-async def _client() -> DaemonClient:
-    config = load_config()
-    await process.ensure_running(config.home, env=environment())
-    return DaemonClient(config.home)
+
+def _client() -> contextlib.AbstractAsyncContextManager[DaemonClient]:
+    from recursa.daemon.client import connect
+
+    return connect(load_config())
 
 
 @app.command()
@@ -53,7 +55,7 @@ def agents(
 
 
 async def _agents() -> list[SessionInfo]:
-    async with await _client() as client:
+    async with _client() as client:
         return await client.sessions()
 
 
@@ -105,7 +107,7 @@ def attach(
 async def _attach(
     ref: str, mode: SendMode, after: int | None, until_idle: bool, json_lines: bool
 ) -> int:
-    async with await _client() as client:
+    async with _client() as client:
         info = await client.session(ref)
         cursor = after if after is not None else await _last_turn_cursor(client, info.id)
         state = Follow(cursor=cursor, running=info.status == "running")
@@ -164,7 +166,7 @@ def send(
         raise typer.BadParameter("mode must be auto, steer or follow_up")
 
     async def go() -> None:
-        async with await _client() as client:
+        async with _client() as client:
             receipt = await client.send(session, SendMessage(text, mode=mode))  # type: ignore[arg-type]
             print(f"message {receipt.message_id} {receipt.status}: {receipt.session_id}")
 
@@ -177,7 +179,7 @@ def stop(session: Annotated[str, typer.Argument(help="Session id, id prefix or n
     message brings it back."""
 
     async def go() -> None:
-        async with await _client() as client:
+        async with _client() as client:
             info = await client.stop(session)
             print(f"{info.id}: {info.status}")
 
@@ -192,7 +194,7 @@ def logs(
     """The session's whole history, readable (or as JSON lines)."""
 
     async def go() -> None:
-        async with await _client() as client:
+        async with _client() as client:
             printer = TranscriptPrinter(out=sys.stdout, color=color_enabled(sys.stdout))
             async for record in client.events(session, after=0, follow=False):
                 if json_lines:
@@ -217,7 +219,7 @@ def usage(
     """Tokens and cost of a session and of its whole tree of sub-agents."""
 
     async def go() -> UsageNode:
-        async with await _client() as client:
+        async with _client() as client:
             return await client.usage(session)
 
     node = asyncio.run(go())

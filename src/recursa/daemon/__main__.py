@@ -9,7 +9,7 @@ daemon holds it → one line, exit :data:`~recursa.daemon.paths.EXIT_ALREADY_RUN
 read the credentials from stdin (skipped when stdin is a terminal) and
 resolve the configuration with them; bind the socket; open the host; write
 the state file and serve until a stop (the kernels' routes too, when the host
-is also a :class:`~recursa.daemon.host.KernelHost`, as the runtime's is);
+serves them: :func:`~recursa.daemon.host.served`);
 close the host; release the lock.
 
 Signals: SIGTERM or SIGINT while serving stops gracefully (see
@@ -39,10 +39,9 @@ from pathlib import Path
 from typing import Protocol, TextIO, cast
 
 from recursa.config import Config, load_config
-from recursa.daemon.app import kernel_host_of
 from recursa.daemon.errormap import one_line
 from recursa.daemon.harden import harden_process
-from recursa.daemon.host import Host
+from recursa.daemon.host import Host, served
 from recursa.daemon.paths import (
     EXIT_ALREADY_RUNNING,
     LOCK_WAIT,
@@ -54,15 +53,17 @@ from recursa.daemon.paths import (
 )
 from recursa.daemon.server import DaemonServer, bind_socket
 from recursa.errors import ConfigError, DaemonError, RecursaError
+from recursa.protocol.wire import Shutdown
 
 
 class HostFactory(Protocol):
     """Opens the daemon's host; ``api_socket`` is the daemon's socket, where
-    kernels reach the kernel API. Returns the host and the function that closes it."""
+        kernels reach the kernel API. Returns the host (:func:`~recursa.daemon.host.served`
+    tells its audiences apart) and the function that closes it."""
 
     def __call__(
         self, config: Config, *, api_socket: Path
-    ) -> Awaitable[tuple[Host, Callable[[], Awaitable[None]]]]: ...
+    ) -> Awaitable[tuple[object, Callable[[], Awaitable[None]]]]: ...
 
 
 DEFAULT_HOST_FACTORY = "recursa.runtime.host:open_host"
@@ -125,9 +126,9 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
     sock = bind_socket(paths)  # before the host starts threads: the umask is process-wide
     try:
         token = ensure_token(paths)
-        host, close = await factory(config, api_socket=paths.socket)
+        opened, close = await factory(config, api_socket=paths.socket)
+        host, kernel_host = served(opened)
         try:
-            kernel_host = kernel_host_of(host)
             if kernel_host is None:
                 logger.warning("the host serves no kernel routes: kernels cannot reach it")
             server = DaemonServer(
@@ -148,7 +149,7 @@ def _force_on_signal(host: Host) -> None:
 
     async def shutdown_now() -> None:
         try:
-            await host.shutdown(force=True)
+            await host.shutdown(Shutdown(force=True))
         except Exception:
             logger.exception("the host failed to stop at once")
 

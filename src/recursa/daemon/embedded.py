@@ -21,8 +21,9 @@ import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from recursa.daemon.app import create_app, kernel_host_of
-from recursa.daemon.host import Host
+from recursa.config import Config
+from recursa.daemon.app import create_app
+from recursa.daemon.host import served
 from recursa.daemon.paths import MAX_SOCKET_PATH, private_dir, remove_quietly, short_socket_dir
 from recursa.daemon.replies import StopSignal
 from recursa.daemon.server import bind_private_socket, make_server
@@ -32,25 +33,25 @@ from recursa.protocol.wire import HEARTBEAT_SECONDS
 
 @contextlib.asynccontextmanager
 async def serve_embedded(
-    host: Host,
+    host: object,
     *,
     directory: Path,
     token: str | None = None,
     heartbeat: float = HEARTBEAT_SECONDS,
 ) -> AsyncIterator[Path]:
-    """Serve ``host`` (which must also be a :class:`~recursa.daemon.host.KernelHost`)
+    """Serve ``host`` (people's and kernels' rows both: :func:`~recursa.daemon.host.served`)
     on a new socket in ``directory`` (made 0700 if missing; a too deep one is
     replaced by a private short one), 0600, and yield its path; kernels get it
     as ``RECURSA_API_SOCKET``. The server accepts
     connections from the moment the path is yielded, and is stopped and its
     socket removed when the block ends."""
-    kernel_host = kernel_host_of(host)
+    people, kernel_host = served(host)
     if kernel_host is None:
         raise TypeError(f"{type(host).__name__} is not a KernelHost: kernels could not use it")
     path = _new_socket_path(directory)
     stop = StopSignal()
     app = create_app(
-        host,
+        people,
         token=token or secrets.token_urlsafe(32),
         stop=stop,
         kernel_host=kernel_host,
@@ -79,6 +80,24 @@ async def serve_embedded(
         remove_quietly(path)
 
 
+@contextlib.asynccontextmanager
+async def serve_local(config: Config) -> AsyncIterator[tuple[Path, str]]:
+    """The runtime of ``config`` hosted in this process (``recursa run --no-daemon``):
+    opened without recovering other sessions or warming kernels, served on a
+    private socket under ``config.home / "api"`` with a fresh token, closed
+    when the block ends. Yields the socket and the token."""
+    from recursa.runtime import Runtime
+    from recursa.runtime.host import RuntimeHost
+
+    token = secrets.token_urlsafe(32)
+    async with (
+        await Runtime.open(config, warm_kernels=0) as runtime,
+        serve_embedded(RuntimeHost(runtime), directory=config.home / "api", token=token) as socket,
+    ):
+        runtime.api_socket = socket  # kernels reach rlm() and agent_message here
+        yield socket, token
+
+
 def _new_socket_path(directory: Path) -> Path:
     """A fresh socket path in ``directory`` (made 0700 if missing), absolute
     since kernels run elsewhere; or, when that is too long for a unix socket,
@@ -96,4 +115,4 @@ def _new_socket_path(directory: Path) -> Path:
     return directory / name
 
 
-__all__ = ["serve_embedded"]
+__all__ = ["serve_embedded", "serve_local"]

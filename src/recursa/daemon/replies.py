@@ -1,5 +1,4 @@
-"""Requests and replies of the daemon's routes, shared by the client's
-(:mod:`recursa.daemon.app`) and the kernels' (:mod:`recursa.daemon.kernel_routes`).
+"""Requests and replies of the daemon's routes (:mod:`recursa.daemon.routes`).
 
 - :func:`guarded`: every failure of a route becomes one wire error body
   (:mod:`recursa.daemon.errormap`); a bug is logged with its traceback.
@@ -17,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,8 +30,6 @@ from recursa.protocol.events import json_text
 from recursa.protocol.wire import ErrorKind, error_body
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-MAX_WAIT_SECONDS = 86_400.0
-"""The longest wait a long poll may ask for; a client wanting longer asks again."""
 SHUTTING_DOWN = "the daemon is shutting down"
 CANCEL_GRACE = 5.0
 """Seconds a cancelled host wait has to end before a long poll stops waiting for it."""
@@ -133,21 +129,6 @@ def json_object(data: object) -> dict[str, Any]:
     return data
 
 
-def seconds_field(body: dict[str, Any], name: str, *, allow_null: bool) -> float | None:
-    """``body[name]``: seconds from 0 to :data:`MAX_WAIT_SECONDS` (or null when
-    ``allow_null``; a missing field is null, or 0 when null is not allowed)."""
-    value = body.get(name, None if allow_null else 0)
-    if value is None and allow_null:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = "a number of seconds or null" if allow_null else "a number of seconds"
-        raise ValueError(f"{name} must be {kind}")
-    number = float(value)
-    if not math.isfinite(number) or not 0 <= number <= MAX_WAIT_SECONDS:
-        raise ValueError(f"{name} must be from 0 to {MAX_WAIT_SECONDS:g} seconds")
-    return number
-
-
 async def long_poll(request: Request, stop: StopSignal, work: Awaitable[T]) -> T:
     """The result of ``work`` (a host's wait), unless the client disconnects
     first (:class:`ClientGone`) or the server stops (DaemonError): then
@@ -181,7 +162,6 @@ async def _disconnect(receive: Receive) -> None:
 
 __all__ = [
     "MAX_BODY_BYTES",
-    "MAX_WAIT_SECONDS",
     "SHUTTING_DOWN",
     "ClientGone",
     "StopSignal",
@@ -192,5 +172,4 @@ __all__ = [
     "json_reply",
     "long_poll",
     "read_json",
-    "seconds_field",
 ]

@@ -43,7 +43,7 @@ from recursa.daemon.paths import (
 )
 from recursa.errors import DaemonError
 from recursa.protocol.events import PROTOCOL_VERSION
-from recursa.protocol.wire import HEARTBEAT_SECONDS
+from recursa.protocol.wire import HEARTBEAT_SECONDS, Shutdown
 
 GRACEFUL_TIMEOUT = 10
 """Seconds uvicorn waits for open requests after a stop before cancelling them."""
@@ -186,7 +186,7 @@ class DaemonServer:
 
     async def _shutdown_host(self, *, force: bool) -> None:
         try:
-            await self._host.shutdown(force=force)
+            await self._host.shutdown(Shutdown(force=force))
         except Exception:
             logger.exception("the host failed to begin its shutdown")
         finally:

@@ -1,23 +1,41 @@
-"""The kernel-side API as the runtime answers it: the methods of
-:class:`recursa.daemon.host.KernelHost` (structurally), a base of
-:class:`recursa.runtime.host.RuntimeHost`. The caller is always the session
-of the kernel's token; these methods never take it from a request.
+"""The kernel-side API as the runtime answers it: a method for every kernel
+row of the operation table (:mod:`recursa.protocol.kernel_ops`), called as
+``NAME(caller, request)``; :class:`recursa.runtime.host.RuntimeHost` hands it
+to the daemon as its ``kernels``. The caller is always the session of the
+kernel's token; these methods never take it from a request.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound, UsageError
 from recursa.harness.entries import reason_text
 from recursa.protocol.control import (
     AddSchedule,
+    CompleteGoal,
     GoalInfo,
     ScheduleInfo,
-    UpdateSchedule,
 )
 from recursa.protocol.harness import Edit, EntryVersion, Provenance
-from recursa.protocol.history import CompactReply, HistoryEvent, HistoryHit
+from recursa.protocol.history import (
+    MAX_EVENTS,
+    CompactReply,
+    CompactRequest,
+    EventsRequest,
+    HistoryEvent,
+    HistoryHit,
+    SearchRequest,
+)
+from recursa.protocol.kernel_ops import (
+    CellOutput,
+    CellRef,
+    ChildRef,
+    ChildWait,
+    InboxWait,
+    JobLabel,
+    JobUpdate,
+    TurnRef,
+)
+from recursa.protocol.person_ops import Diff, DiffQuery, EntryRef, HarnessQuery
 from recursa.protocol.wire import (
     AgentMessage,
     Handle,
@@ -27,21 +45,20 @@ from recursa.protocol.wire import (
     InboxMessage,
     Receipt,
     RefineReply,
+    RefineRequest,
     Spawn,
 )
 from recursa.runtime.runtime import Runtime
 from recursa.store import history
-
-if TYPE_CHECKING:
-    from recursa.store import Store
 
 
 class KernelApi:
     """Sub-agents, messages, the harness, history, goals and heartbeats, for
     the session whose kernel calls."""
 
-    runtime: Runtime
-    store: Store
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.store = runtime.store
 
     # ---------------------------------------------------- the kernel-side API
 
@@ -57,20 +74,20 @@ class KernelApi:
     async def subagents(self, caller: str) -> list[Handle]:
         return self.runtime.tree.children(caller)
 
-    async def subagent(self, caller: str, ref: str) -> Handle:
-        return self.runtime.tree.handle(self.runtime.tree.child(caller, ref))
+    async def subagent(self, caller: str, request: ChildRef) -> Handle:
+        return self.runtime.tree.handle(self.runtime.tree.child(caller, request.ref))
 
-    async def wait(self, caller: str, ref: str, timeout: float | None) -> Handle:  # noqa: ASYNC109
-        return await self.runtime.tree.wait(caller, ref, timeout)
+    async def wait(self, caller: str, request: ChildWait) -> Handle:
+        return await self.runtime.tree.wait(caller, request.ref, request.timeout)
 
-    async def delete_subagent(self, caller: str, ref: str) -> Handle:
-        return await self.runtime.tree.delete(caller, ref)
+    async def delete_subagent(self, caller: str, request: ChildRef) -> Handle:
+        return await self.runtime.tree.delete(caller, request.ref)
 
     async def message(self, caller: str, request: AgentMessage) -> list[Receipt]:
         return self.runtime.tree.message(caller, request)
 
-    async def inbox(self, caller: str, wait: float) -> list[InboxMessage]:
-        return await self.runtime.tree.inbox(caller, wait)
+    async def inbox(self, caller: str, request: InboxWait) -> list[InboxMessage]:
+        return await self.runtime.tree.inbox(caller, request.wait)
 
     # --------------------------------------------- the harness, from a kernel
 
@@ -106,51 +123,50 @@ class KernelApi:
             applies=str(receipt["applies"]),
         )
 
-    async def visible_entries(
-        self, caller: str, kind: str | None, scope: str | None, status: str | None
-    ) -> list[HarnessEntry]:
+    async def visible_entries(self, caller: str, request: HarnessQuery) -> list[HarnessEntry]:
         harness = self.runtime.learning.harness
-        entries = harness.entries(session_id=caller, kind=kind, scope=scope, status=status)
+        entries = harness.entries(
+            session_id=caller, kind=request.kind, scope=request.scope, status=request.status
+        )
         return [HarnessEntry.of(entry) for entry in entries]
 
-    async def visible_entry(self, caller: str, ref: str) -> HarnessEntry:
-        return HarnessEntry.of(self._visible(caller, ref))
+    async def visible_entry(self, caller: str, request: EntryRef) -> HarnessEntry:
+        return HarnessEntry.of(self._visible(caller, request.entry))
 
-    async def visible_history(self, caller: str, ref: str) -> list[HarnessEntry]:
-        entry = self._visible(caller, ref)
+    async def visible_history(self, caller: str, request: EntryRef) -> list[HarnessEntry]:
+        entry = self._visible(caller, request.entry)
         return [HarnessEntry.of(version) for version in self.store.harness.history(entry.entry_id)]
 
-    async def visible_diff(
-        self, caller: str, ref: str, from_version: int | None, to_version: int | None
-    ) -> str:
-        entry = self._visible(caller, ref)
-        return self.runtime.learning.harness.diff(entry.entry_id, from_version, to_version)
+    async def visible_diff(self, caller: str, request: DiffQuery) -> Diff:
+        entry = self._visible(caller, request.entry)
+        harness = self.runtime.learning.harness
+        return Diff(harness.diff(entry.entry_id, request.from_version, request.to_version))
 
-    async def refine_caller(self, caller: str, instructions: str | None) -> RefineReply:
-        return await self._refine(caller, instructions)
+    async def refine_caller(self, caller: str, request: RefineRequest) -> RefineReply:
+        return await refine(self.runtime, caller, request.instructions)
 
     # ----------------------------------- the caller's history and context, from a kernel
 
-    async def history_search(self, caller: str, query: str, limit: int) -> list[HistoryHit]:
+    async def history_search(self, caller: str, request: SearchRequest) -> list[HistoryHit]:
         skip = history.running_step(self.store, caller)  # the searching cell's own code
-        return history.search(self.store, caller, query, limit=limit, skip=skip)
+        return history.search(self.store, caller, request.query, limit=request.limit, skip=skip)
 
-    async def history_events(
-        self, caller: str, type: str | None, after: int | None, limit: int
-    ) -> list[HistoryEvent]:
-        return history.recent(self.store, caller, type=type, after=after, limit=limit)
+    async def history_events(self, caller: str, request: EventsRequest) -> list[HistoryEvent]:
+        return history.recent(
+            self.store, caller, type=request.type, after=request.after, limit=request.limit
+        )
 
-    async def history_turn(self, caller: str, turn: int, limit: int) -> list[HistoryEvent]:
-        return history.turn(self.store, caller, turn, limit=limit)
+    async def history_turn(self, caller: str, request: TurnRef) -> list[HistoryEvent]:
+        return history.turn(self.store, caller, request.turn, limit=MAX_EVENTS)
 
-    async def history_output(self, caller: str, cell: int) -> str:
-        text = self.store.cell_output(caller, cell)
+    async def history_output(self, caller: str, request: CellRef) -> CellOutput:
+        text = self.store.cell_output(caller, request.cell)
         if text is None:
-            raise NotFound(f"this session has no cell {cell}")
-        return text
+            raise NotFound(f"this session has no cell {request.cell}")
+        return CellOutput(request.cell, text)
 
-    async def compact(self, caller: str, instructions: str | None) -> CompactReply:
-        return await self.runtime.get(caller).compact(instructions)
+    async def compact(self, caller: str, request: CompactRequest) -> CompactReply:
+        return await self.runtime.get(caller).compact(request.instructions)
 
     def _visible(self, caller: str, ref: str) -> EntryVersion:
         """The entry ``caller`` can see by ``ref``; NotFound otherwise, saying when
@@ -174,8 +190,8 @@ class KernelApi:
     async def caller_goal(self, caller: str) -> GoalInfo | None:
         return self.runtime.goals.info(caller)
 
-    async def complete_goal(self, caller: str, summary: str) -> GoalInfo:
-        return self.runtime.goals.complete(caller, summary)
+    async def complete_goal(self, caller: str, request: CompleteGoal) -> GoalInfo:
+        return self.runtime.goals.complete(caller, request.summary)
 
     async def heartbeat_create(self, caller: str, request: AddSchedule) -> ScheduleInfo:
         return self.runtime.scheduler.add(caller, request, by="model")
@@ -183,20 +199,21 @@ class KernelApi:
     async def heartbeat_list(self, caller: str) -> list[ScheduleInfo]:
         return self.runtime.scheduler.jobs(caller)
 
-    async def heartbeat_update(
-        self, caller: str, ref: str, request: UpdateSchedule
-    ) -> ScheduleInfo:
-        return self.runtime.scheduler.update(caller, ref, request, by="model")
+    async def heartbeat_update(self, caller: str, request: JobUpdate) -> ScheduleInfo:
+        return self.runtime.scheduler.update(caller, request.job, request.update, by="model")
 
-    async def heartbeat_delete(self, caller: str, ref: str) -> ScheduleInfo:
+    async def heartbeat_delete(self, caller: str, request: JobLabel) -> ScheduleInfo:
         scheduler = self.runtime.scheduler
-        return scheduler.cancel(scheduler.find(caller, ref).id, session_id=caller, by="model")
-
-    async def _refine(self, session_id: str, instructions: str | None) -> RefineReply:
-        if self.store.session(session_id).status == "deleted":
-            raise UsageError(f"session {session_id} was deleted")
-        result = await self.runtime.learning.refine(session_id, instructions)
-        return RefineReply(result.refinement_id, result.staged, result.problems)
+        job = scheduler.find(caller, request.job).id
+        return scheduler.cancel(job, session_id=caller, by="model")
 
 
-__all__ = ["KernelApi"]
+async def refine(runtime: Runtime, session_id: str, instructions: str | None) -> RefineReply:
+    """A refinement over the session's recent events; UsageError for a deleted session."""
+    if runtime.store.session(session_id).status == "deleted":
+        raise UsageError(f"session {session_id} was deleted")
+    result = await runtime.learning.refine(session_id, instructions)
+    return RefineReply(result.refinement_id, result.staged, result.problems)
+
+
+__all__ = ["KernelApi", "refine"]

@@ -1,0 +1,244 @@
+r"""The daemon client's transport: HTTP/1.1 over the daemon's unix socket.
+
+:class:`Transport` holds one ``httpx2`` connection pool with the daemon's
+token, sends requests, and resends a mutating one once (with the same
+command key) after the connection dropped, when the daemon accepts
+connections again within the reconnect window. Failures are one-line
+:class:`~recursa.errors.DaemonError`\ s; the daemon's own errors become
+their classes (:mod:`recursa.daemon.errormap`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from recursa.daemon.errormap import error_from_wire, one_line
+from recursa.daemon.paths import DaemonPaths, read_state, read_token
+from recursa.errors import DaemonError
+from recursa.protocol.events import EventRecord, event_from_dict, json_text
+from recursa.protocol.wire import API_PREFIX, HEADER_CLIENT, HEADER_COMMAND
+
+CONNECT_TIMEOUT = 5.0
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 1.0
+
+
+class NotRunning(Exception):
+    """Nothing accepted the connection: the request was not sent."""
+
+
+class Dropped(Exception):
+    """The connection broke after the request may have been sent."""
+
+
+class Transport:
+    """Requests to the daemon of ``paths`` (at ``socket``, else where its state
+    file says) with ``token`` (else the home's token file)."""
+
+    def __init__(
+        self,
+        paths: DaemonPaths,
+        *,
+        socket: Path | None,
+        token: str | None,
+        timeout: float,
+        reconnect_window: float,
+        client_id: str,
+    ) -> None:
+        self._paths = paths
+        self._socket = socket
+        self._token = token
+        self._timeout = timeout
+        self._reconnect_window = reconnect_window
+        self._client_id = client_id
+        self._http: httpx2.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def http(self) -> httpx2.AsyncClient:
+        if self._http is None:
+            token = self._token or read_token(self._paths)
+            if token is None:
+                raise self.not_running()
+            transport = httpx2.AsyncHTTPTransport(uds=str(self.socket_path()), retries=0)
+            self._http = httpx2.AsyncClient(
+                transport=transport,
+                base_url="http://recursa",
+                headers={"authorization": f"Bearer {token}"},
+                timeout=httpx2.Timeout(self._timeout, connect=CONNECT_TIMEOUT),
+                trust_env=False,
+            )
+        return self._http
+
+    def socket_path(self) -> Path:
+        if self._socket is not None:
+            return self._socket
+        state = read_state(self._paths)
+        return Path(state.socket) if state is not None else self._paths.socket
+
+    def not_running(self) -> DaemonError:
+        return DaemonError(
+            f"no daemon is running for RECURSA_HOME {self._paths.home}: recursa daemon start"
+        )
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        mutating: bool = False,
+        retry: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    ) -> Any:
+        headers = {"content-type": "application/json"} if body is not None else {}
+        if mutating:
+            headers[HEADER_CLIENT] = self._client_id
+            headers[HEADER_COMMAND] = secrets.token_hex(16)
+        content = json_text(body).encode() if body is not None else None
+        try:
+            response = await self.send(method, path, content, headers, timeout)
+        except NotRunning:
+            raise self.not_running() from None
+        except Dropped:
+            if not retry:
+                raise DaemonError(
+                    f"the connection to the daemon broke during {method} {path}"
+                ) from None
+            response = await self.resend(method, path, content, headers, timeout)
+        return decode_reply(response, method, path)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    ) -> httpx2.Response:
+        """One request; ``timeout`` replaces the client's reply timeout (a long call)."""
+        wait = self._timeout if timeout is None else timeout
+        try:
+            return await self.http().request(
+                method,
+                API_PREFIX + path,
+                content=content,
+                headers=headers,
+                timeout=httpx2.Timeout(wait, connect=CONNECT_TIMEOUT),
+            )
+        except (httpx2.ConnectError, FileNotFoundError) as exc:
+            raise NotRunning() from exc
+        except httpx2.ConnectTimeout:
+            raise DaemonError(
+                f"the daemon at {self.socket_path()} accepts no connections"
+            ) from None
+        except httpx2.TimeoutException:
+            raise DaemonError(
+                f"the daemon did not answer {method} {path} within {wait:g}s"
+            ) from None
+        except httpx2.TransportError as exc:
+            raise Dropped() from exc
+
+    async def resend(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+    ) -> httpx2.Response:
+        """Send once more with the same command id, once the daemon accepts a
+        connection again (a refused connection sent nothing, so it is retried)."""
+        deadline = time.monotonic() + self._reconnect_window
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                return await self.send(method, path, content, headers, timeout)
+            except NotRunning:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise DaemonError(
+                        f"lost the daemon during {method} {path} and it did not come back within "
+                        f"{self._reconnect_window:g}s; the outcome is unknown (recursa agents)"
+                    ) from None
+                await asyncio.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, BACKOFF_MAX)
+            except Dropped:
+                raise DaemonError(
+                    f"the connection to the daemon broke twice during {method} {path}; "
+                    "the outcome is unknown (recursa agents)"
+                ) from None
+
+
+def decode_reply(response: httpx2.Response, method: str, path: str) -> Any:
+    """A successful reply's JSON, or the error it carries, raised."""
+    if not response.is_success:
+        raise error_of(response)
+    try:
+        return response.json()
+    except ValueError:
+        raise DaemonError(f"the daemon sent a malformed reply to {method} {path}") from None
+
+
+def error_of(response: httpx2.Response) -> Exception:
+    try:
+        error = response.json()["error"]
+        kind, message = error["kind"], error["message"]
+        if isinstance(kind, str) and isinstance(message, str):
+            return error_from_wire(kind, message)
+    except (ValueError, KeyError, TypeError):
+        pass
+    text = one_line(response.text)
+    return DaemonError(f"the daemon answered HTTP {response.status_code}: {text}".rstrip(": "))
+
+
+def parse_line(line: str) -> EventRecord | None:
+    """A record from one NDJSON line; None for a heartbeat or a blank line.
+    An error line raises its error; a shutdown line raises DaemonError."""
+    if not line.strip():
+        return None
+    try:
+        data = json.loads(line)
+        kind = data.get("type")
+    except (ValueError, AttributeError):
+        raise Dropped() from None  # a line cut short by a broken connection
+    if kind == "heartbeat":
+        return None
+    if kind == "shutdown":
+        raise DaemonError("the daemon is shutting down")
+    if kind == "error":
+        error = data.get("error") or {}
+        raise error_from_wire(str(error.get("kind")), str(error.get("message", "")))
+    try:
+        seq, session_id, ts = data.pop("seq"), data.pop("session_id"), data.pop("ts")
+        if not isinstance(seq, int) or not isinstance(session_id, str):
+            raise ValueError("bad record header")
+        return EventRecord(
+            seq=seq, session_id=session_id, ts=float(ts), event=event_from_dict(data)
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DaemonError(f"the daemon sent a malformed event: {one_line(str(exc))}") from None
+
+
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_MAX",
+    "CONNECT_TIMEOUT",
+    "Dropped",
+    "NotRunning",
+    "Transport",
+    "decode_reply",
+    "error_of",
+    "parse_line",
+]
