@@ -250,7 +250,7 @@ def test_undecodable_bytes_in_the_task_are_kept_not_fatal(
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
     task = next(line for line in lines if line["type"] == "user_input")
-    assert task["text"] == "bad \udcff arg"  # the byte survives as its escape, losslessly
+    assert task["text"] == "bad \\xff arg"  # the byte survives as a visible escape
 
 
 def test_ctrl_c_at_the_interactive_prompt_exits(

@@ -33,3 +33,10 @@ def dump(value: object) -> None:
 
 
 __all__ = ["dump", "with_client"]
+
+
+def typed_text(text: str) -> str:
+    """Text from the command line or stdin as valid Unicode: bytes that are not
+    UTF-8 (which Python decodes to lone surrogates) become visible ``\\xNN``
+    escapes, so the text crosses the wire (JSON, the store) and nothing is lost."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

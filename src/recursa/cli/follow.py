@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from recursa.cli.common import typed_text
 from recursa.cli.render import TranscriptPrinter, json_line
 from recursa.protocol.events import (
     AutonomousEnded,
@@ -181,7 +182,7 @@ async def stdin_lines(prompt: str = "you ▸ ") -> AsyncIterator[str]:
         line = await lines.get()
         if line is None:
             return
-        yield line
+        yield typed_text(line)
 
 
 __all__ = ["Follow", "follow_until_idle", "show", "stdin_lines"]

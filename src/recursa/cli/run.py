@@ -30,6 +30,7 @@ import typer
 from recursa.cli import app
 from recursa.cli import autonomous as autonomous_run
 from recursa.cli.autonomous import EXIT_BY_REASON
+from recursa.cli.common import typed_text
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import (
     LIMIT_REASONS,
@@ -131,6 +132,8 @@ def run(
     """Run an agent on TASK in a persistent kernel and print its answer."""
     if task == "-":
         task = sys.stdin.read()
+    if task is not None:
+        task = typed_text(task)
     if not interactive and not (task and task.strip()):
         raise UsageError("recursa run needs a TASK (or --interactive)")
     config = load_config()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import typed_text
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, printable, usage_dict, usage_line
 from recursa.config import color_enabled, load_config
@@ -167,7 +168,7 @@ def send(
 
     async def go() -> None:
         async with _client() as client:
-            receipt = await client.send(session, SendMessage(text, mode=mode))  # type: ignore[arg-type]
+            receipt = await client.send(session, SendMessage(typed_text(text), mode=mode))  # type: ignore[arg-type]
             print(f"message {receipt.message_id} {receipt.status}: {receipt.session_id}")
 
     asyncio.run(go())
