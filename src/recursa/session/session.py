@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from recursa.errors import KernelError
-from recursa.models.retry import with_retries
-from recursa.models.types import Message, Request, StreamEvent
+from recursa.models.types import Message
 from recursa.protocol.events import (
     CellFinished,
     CellStarted,
@@ -45,18 +44,11 @@ from recursa.protocol.events import (
     is_transient,
 )
 from recursa.protocol.history import CompactReply
-from recursa.session.cells import PYTHON_TOOL
-from recursa.session.compactor import Compactor, CompactorDeps
-from recursa.session.context import (
-    BASE_PROMPT,
-    FENCED_PROMPT,
-    Conversation,
-    find_context_files,
-    system_prompt,
-)
-from recursa.session.deps import ModelCaller, SessionDeps
+from recursa.session.context import Conversation
+from recursa.session.deps import SessionDeps, SessionHost
 from recursa.session.kernel_slot import KernelSlot, KernelSource, SlotDeps
 from recursa.session.loop import TurnHooks, run_turn
+from recursa.session.model_context import ModelContext
 from recursa.store import MessageKind, MessageRow
 
 SendMode = Literal["auto", "steer", "follow_up"]
@@ -95,27 +87,7 @@ class Session:
         self.idle_since = deps.clock()
         """When the session last went idle, by the runtime's (monotonic) clock."""
         self._conversation = Conversation(fenced=self.fenced)
-        self._context_files = find_context_files(cwd)
-        self._system = self._build_system()
-        self._prelude: tuple[str, str] | None = None
-        """The kernel's prelude (skills) for this turn: read once per turn, like
-        the system prompt, so the harness's state is fixed within a turn."""
-        self._compactor = Compactor(
-            CompactorDeps(
-                session_id=session_id,
-                conversation=self._conversation,
-                window=deps.model_info.context_window,
-                system=lambda: self._system,
-                model_name=deps.model_name,
-                model_ref=self.model_ref,
-                call_model=self._call_model,
-                record=self.record,
-                cost=deps.cost,
-                clock=deps.clock,
-                admit=deps.admit,
-                settle=deps.settle,
-            )
-        )
+        self._model = ModelContext(session_id, cwd, deps, self._conversation, self.record)
         self._slot = KernelSlot(
             session_id,
             cwd,
@@ -126,8 +98,8 @@ class Session:
                 record=self.record,
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
-                kernel_env=deps.kernel_env,
-                prelude=lambda: self._prelude,
+                kernel_env=lambda: deps.host.kernel_env(session_id),
+                prelude=lambda: self._model.prelude,
             ),
         )
         self._listeners: list[Callable[[EventRecord], None]] = []
@@ -227,7 +199,7 @@ class Session:
                 self._steer_waiting = True
         else:
             self._start_worker()
-        self.deps.on_activity()
+        self.deps.host.activity()
         return row
 
     def wake(self) -> None:
@@ -235,7 +207,7 @@ class Session:
         written to the store directly, e.g. a sub-agent's first task)."""
         if not self.running and self.deps.store.inbox.pending_count(self.id):
             self._start_worker()
-            self.deps.on_activity()
+            self.deps.host.activity()
 
     @property
     def running(self) -> bool:
@@ -243,10 +215,10 @@ class Session:
         return self._worker is not None and not self._worker.done()
 
     async def _after_turn(self) -> None:
-        if self.deps.after_turn is None or self.last_end is None or self._interrupting:
+        if self.last_end is None or self._interrupting:
             return
         try:
-            await self.deps.after_turn(self, self.last_end)
+            await self.deps.host.after_turn(self, self.last_end)
         except asyncio.CancelledError:
             raise
         except Exception:  # a control's failure must not take the session down
@@ -350,7 +322,7 @@ class Session:
 
     def _start_worker(self, *, resume: _Cut | None = None) -> None:
         self._worker = asyncio.create_task(self._work(resume), name=f"session {self.id}")
-        self._worker.add_done_callback(lambda _: self.deps.on_activity())
+        self._worker.add_done_callback(lambda _: self.deps.host.activity())
 
     async def _work(self, resume: _Cut | None) -> None:
         """Run turns while inputs wait. An interrupt ends the running turn and this
@@ -394,26 +366,19 @@ class Session:
         if cut_turn is None:
             self._turns += 1
         turn = self._turns if cut_turn is None else cut_turn
-        self._system = self._build_system()
-        self._prelude = self._build_prelude()
+        self._model.begin_turn()
         hooks = TurnHooks(
-            model=self._call_model,
-            request=self._request,
+            model=self._model.call,
             execute=self._slot.execute,
             deliver_steers=self._deliver_steers,
-            cost=self.deps.cost,
             next_cell=self._next_cell,
             clock=self.deps.clock,
             limits=self.deps.limits,
-            model_ref=self.model_ref,
-            fenced=self.fenced,
-            admit=self.deps.admit,
-            settle=self.deps.settle,
-            make_room=self._compactor.make_room,
         )
         ended: TurnEnded | None = None
         try:
-            async for event in run_turn(turn, hooks, resume=resume and cut_turn is not None):
+            resumed = resume and cut_turn is not None
+            async for event in run_turn(turn, hooks, fenced=self.fenced, resume=resumed):
                 if isinstance(event, TurnEnded):
                     ended = event
                     self._end(event)
@@ -443,27 +408,6 @@ class Session:
             detail = "the turn ended without a reason"
             self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
 
-    def _build_system(self) -> str:
-        """The base prompt, the context files, the runtime's fixed supplements,
-        then the harness's supplemental prompt as it is now."""
-        supplements = list(self.deps.supplements)
-        if self.deps.supplement is not None:
-            try:
-                supplements.append(self.deps.supplement())
-            except Exception:  # the harness must not stop the session
-                log.exception("session %s: building the supplemental prompt failed", self.id)
-        base = FENCED_PROMPT if self.fenced else BASE_PROMPT
-        return system_prompt(base, self._context_files, supplements)
-
-    def _build_prelude(self) -> tuple[str, str] | None:
-        if self.deps.prelude is None:
-            return None
-        try:
-            return self.deps.prelude()
-        except Exception:  # the harness must not stop the session
-            log.exception("session %s: building the kernel prelude failed", self.id)
-            return None
-
     def _end(self, ended: TurnEnded) -> None:
         """Record the turn's end and run the turn-end hook in one transaction:
         what the hook stores (a sub-agent's answer queued for its parent, the
@@ -477,27 +421,10 @@ class Session:
         self.last_end = ended
         if ended.answer is not None:
             self.last_answer = ended.answer
-        if self.deps.on_turn_end is not None:
-            try:
-                self.deps.on_turn_end(self, ended)
-            except Exception:  # telling others must not break this session
-                log.exception("session %s: the turn-end hook failed", self.id)
-
-    def _request(self) -> Request:
-        return Request(
-            model=self.deps.model_name,
-            system=self._system,
-            messages=self._conversation.snapshot(),
-            tools=() if self.fenced else (PYTHON_TOOL,),
-            cache_key=self.id,
-        )
-
-    def _call_model(self, request: Request) -> AsyncIterator[StreamEvent]:
-        return with_retries(
-            lambda: self.deps.call_model(request),
-            max_retries=self.deps.max_retries,
-            sleep=self.deps.retry_sleep,
-        )
+        try:
+            self.deps.host.turn_ended(self, ended)
+        except Exception:  # telling others must not break this session
+            log.exception("session %s: the turn-end hook failed", self.id)
 
     def _deliver_steers(self) -> int:
         if not self._steer_waiting:
@@ -519,17 +446,17 @@ class Session:
         """The agent's compaction (``compact.run()``, from a cell): replace all of
         the context but the step in progress with a summary. Automatic
         compaction happens by itself before model calls (:mod:`recursa.session.compactor`)."""
-        return await self._compactor.compact("agent", instructions)
+        return await self._model.compact(instructions)
 
     @property
     def context(self) -> tuple[Message, ...]:
         """The messages the next model call gets (compactions applied)."""
-        return self._conversation.snapshot()
+        return self._model.messages
 
     @property
     def context_tokens(self) -> int:
         """The size of the model's context now, in tokens (measured where it can be)."""
-        return self._compactor.tokens
+        return self._model.tokens
 
     # -------------------------------------------------------------- lifecycle
 
@@ -554,4 +481,4 @@ class Session:
             await self._slot.close()
 
 
-__all__ = ["KernelSource", "ModelCaller", "SendMode", "Session", "SessionDeps"]
+__all__ = ["KernelSource", "SendMode", "Session", "SessionDeps", "SessionHost"]
