@@ -5,8 +5,13 @@ until it answers without code or a limit says stop.
 own between calls: everything it needs comes through :class:`TurnHooks`, and
 everything it does is an event it yields. The session consumes the events in
 order and, before resuming the generator, persists each one and applies it to
-the conversation; so when the loop asks ``hooks.request()`` for the next call,
+the conversation; so when the loop calls ``hooks.model`` for the next step,
 the context already holds every event yielded so far.
+
+The loop knows four things of its session: call the model (through the
+session's gateway, which compacts the context first when it must, and admits,
+caps, retries and prices the call), run a cell, take steering messages, and
+the context (which the model call reads).
 
 A turn always ends with exactly one ``TurnEnded`` (unless it is cancelled, in
 which case the session records the interruption). The model's own mistakes
