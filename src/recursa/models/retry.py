@@ -66,7 +66,7 @@ async def with_retries(
     rand: Callable[[], float] = random.random,
     base_delay: float = DEFAULT_BASE_DELAY,
     max_delay: float = DEFAULT_MAX_DELAY,
-) -> AsyncGenerator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Run ``call()`` and retry it up to ``max_retries`` more times on retryable failures.
 
     Contract:

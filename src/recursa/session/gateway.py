@@ -72,7 +72,7 @@ class Gateway:
     def model_ref(self) -> str:
         return self.deps.model_ref
 
-    async def stream(self, request: Request, *, step: int = 0) -> AsyncGenerator[CallEvent]:
+    async def stream(self, request: Request, *, step: int = 0) -> AsyncGenerator[CallEvent, None]:
         """One call, streamed: ``TextDelta`` (tagged with ``step``) and
         ``ModelRetry`` events as they come, then exactly one ``CallEnded``.
         Text streamed before a ``ModelRetry`` is void. The reservation is
