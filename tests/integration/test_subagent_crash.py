@@ -457,7 +457,7 @@ async def open_host_dying_after_a_child_turn(
 
     def record(self: Session, event: Event) -> EventRecord:
         stored = plain_record(self, event)
-        if isinstance(event, TurnEnded) and self.deps.on_turn_end is not None:
+        if isinstance(event, TurnEnded):
             os.kill(os.getpid(), signal.SIGKILL)
         return stored
 

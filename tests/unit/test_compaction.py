@@ -55,6 +55,7 @@ from recursa.session.compaction import (
 )
 from recursa.session.compactor import Compactor, CompactorDeps
 from recursa.session.context import Conversation
+from recursa.session.gateway import Gateway, GatewayDeps
 from recursa.store import Store
 from recursa.store import history as store_history
 
@@ -428,18 +429,28 @@ def compactor(convo: Conversation, replies: list[StreamEvent], window: int) -> C
 
         return stream()
 
+    async def no_sleep(delay: float) -> None:
+        return None
+
+    gateway = Gateway(
+        GatewayDeps(
+            provider=call_model,
+            model_name="m",
+            model_ref="faux/m",
+            cost=lambda usage: None,
+            clock=lambda: 0.0,
+            max_retries=0,
+            retry_sleep=no_sleep,
+        )
+    )
     return Compactor(
         CompactorDeps(
             session_id="s",
             conversation=convo,
             window=window,
             system=lambda: "system",
-            model_name="m",
-            model_ref="faux/m",
-            call_model=call_model,
+            gateway=gateway,
             record=Recorder(convo),
-            cost=lambda usage: None,
-            clock=lambda: 0.0,
         )
     )
 

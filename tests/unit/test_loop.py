@@ -23,8 +23,8 @@ from recursa.models.faux import (
     reply,
     tool_call,
 )
-from recursa.models.retry import with_retries
-from recursa.models.types import Request, StreamEvent, Usage
+from recursa.models.types import Request, Usage
+from recursa.protocol.calls import CallEvent
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
@@ -39,6 +39,7 @@ from recursa.protocol.events import (
 )
 from recursa.session.cells import PYTHON_TOOL
 from recursa.session.context import Conversation
+from recursa.session.gateway import Gateway, GatewayDeps
 from recursa.session.loop import TurnHooks, run_turn
 
 E = TypeVar("E")
@@ -97,8 +98,20 @@ class Harness:
         async def no_sleep(delay: float) -> None:
             return None
 
-        def call(req: Request) -> AsyncIterator[StreamEvent]:
-            return with_retries(lambda: self.provider.stream(req), max_retries=2, sleep=no_sleep)
+        gateway = Gateway(
+            GatewayDeps(
+                provider=self.provider.stream,
+                model_name=model,
+                model_ref=f"faux/{model}",
+                cost=lambda usage: usage.total_tokens * 1e-6,
+                clock=self.clock,
+                max_retries=2,
+                retry_sleep=no_sleep,
+            )
+        )
+
+        def call(step: int, overflow: bool) -> AsyncIterator[CallEvent]:
+            return gateway.stream(request(), step=step)
 
         def deliver_steers() -> int:
             taken, self.steer_queue[:] = list(self.steer_queue), []
@@ -113,22 +126,18 @@ class Harness:
 
         return TurnHooks(
             model=call,
-            request=request,
             execute=execute,
             deliver_steers=deliver_steers,
-            cost=lambda usage: usage.total_tokens * 1e-6,
             next_cell=next_cell,
             clock=self.clock,
             limits=self.limits,
-            model_ref=f"faux/{model}",
-            fenced=self.fenced,
         )
 
     async def turn(self, model: str, steps: list[FauxStep], task: str = "task") -> TurnEnded:
         self.script = register_script(model, steps, native_tools=not self.fenced)
         self.conversation.apply(UserInput(text=task))
         end = None
-        async for event in run_turn(1, self.hooks(model)):
+        async for event in run_turn(1, self.hooks(model), fenced=self.fenced):
             self.events.append(event)
             if not is_transient(event):
                 self.conversation.apply(event)

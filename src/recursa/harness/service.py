@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Literal
 
@@ -37,13 +37,13 @@ from recursa.config import HarnessConfig
 from recursa.errors import NotFound, UsageError
 from recursa.harness.entries import validate
 from recursa.harness.review import parse_verdict, review_prompt, screen
+from recursa.protocol.calls import Complete
 from recursa.protocol.harness import Action, Actor, Edit, EntryVersion, Provenance, Status
 from recursa.store import Store
 from recursa.store.harness import new_entry_id
 
 EFFECTIVE: frozenset[Status] = frozenset({"active", "deleted", "rolled_back"})
 
-Complete = Callable[[str, str], Awaitable[str]]
 """A model call with no tools: (system, user) in, the reply's text out."""
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from recursa.errors import RETRYABLE_KINDS
 from recursa.models.types import Done, Failed, Retrying, StreamEvent
@@ -66,7 +66,7 @@ async def with_retries(
     rand: Callable[[], float] = random.random,
     base_delay: float = DEFAULT_BASE_DELAY,
     max_delay: float = DEFAULT_MAX_DELAY,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Run ``call()`` and retry it up to ``max_retries`` more times on retryable failures.
 
     Contract:

@@ -308,7 +308,7 @@ class Autonomy:
             raise UsageError("an autonomous run needs a task")
         spec.check()
         if spec.max_cost is not None:
-            cost = self.runtime.cost_of(model)
+            cost = self.runtime.accounts.cost_of(model)
             if cost is None or cost(Usage(1000, 1000)) is None:
                 raise UsageError(
                     f"--max-cost needs a priced model, and {model}'s price is unknown "

@@ -1,8 +1,10 @@
 """The runtime's side of the Continual Harness: what a session's turns see
 (the supplemental prompt, the skills bound in its kernel), what happens at a
 turn boundary (staged edits applied, reviews started), and the model calls
-the harness makes (the reviewer's, refinement's). Those calls are counted in
-the books of the session they serve, like any other.
+the harness makes (the reviewer's, refinement's). Those calls go through the
+model-call gateway of the session they serve (:mod:`recursa.session.gateway`):
+admitted under its subtree's budgets, retried, and counted in its books at
+once, like any other.
 
 The harness itself (versions, the gate, audit) is
 :class:`recursa.harness.service.Harness`; this module gives it models,
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,8 +25,7 @@ from recursa.harness.prompt import Supplement, estimate_tokens, supplemental_pro
 from recursa.harness.refine import parse_proposals, refine_prompt, render_events
 from recursa.harness.service import Harness
 from recursa.harness.skills import FolderSkill, bind_code, discover_skills, skills_digest
-from recursa.models.types import Done, Failed, Request, TextDelta, Usage, UserMessage
-from recursa.protocol.events import ModelUsage, Notice
+from recursa.protocol.events import Event, Notice
 from recursa.protocol.harness import EntryVersion
 
 if TYPE_CHECKING:
@@ -212,34 +212,18 @@ class Learning:
     # -- model calls ---------------------------------------------------------------------
 
     async def complete(self, model: str, system: str, user: str, *, session_id: str | None) -> str:
-        """One model call with no tools; its usage is recorded in ``session_id``'s
-        log (and so in every total over its tree). ProviderError when it fails."""
-        provider, name = self.runtime.providers.get(model)
-        cost: Callable[[Usage], float | None] = self.runtime.cost_of(model) or (lambda _: None)
-        request = Request(model=name, system=system, messages=(UserMessage(user),), tools=())
-        began = time.monotonic()
-        parts: list[str] = []
-        async for event in provider.stream(request):
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            elif isinstance(event, Done):
-                if session_id is not None:
-                    usage = event.usage
-                    self.runtime.get(session_id).record(
-                        ModelUsage(
-                            model=model,
-                            input_tokens=usage.input_tokens,
-                            output_tokens=usage.output_tokens,
-                            cached_tokens=usage.cached_tokens,
-                            estimated=usage.estimated,
-                            cost=cost(usage),
-                            latency=time.monotonic() - began,
-                        )
-                    )
-                return event.message.text or "".join(parts)
-            elif isinstance(event, Failed):
-                raise ProviderError(event.kind, event.message, status=event.status)
-        raise ProviderError("malformed", "the model's stream ended without a result")
+        """One model call with no tools, through the gateway of ``session_id``
+        (admitted under its subtree's budgets, retried, its retries and usage
+        recorded in its log, and so in every total over its tree). Raises
+        ProviderError when it fails or a budget refuses it."""
+        gateway = self.runtime.accounts.gateway(session_id, model)
+        return await gateway.text(system, user, self._recorder(session_id))
+
+    def _recorder(self, session_id: str | None) -> Callable[[Event], object]:
+        """Where a harness call's events go: the log of the session it serves."""
+        if session_id is None:
+            return lambda event: None
+        return lambda event: self.runtime.get(session_id).record(event)
 
 
 __all__ = ["Learning", "RefineResult"]

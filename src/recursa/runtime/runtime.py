@@ -22,26 +22,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
 
-from recursa.config import DEFAULT_MAX_RETRIES, Config, Limits
-from recursa.control.budget import Admission, Ledger, Limit, Spent, Ticket
+from recursa.config import Config, Limits
+from recursa.control.budget import Ledger
 from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
-from recursa.models import catalog
-from recursa.models.registry import Providers, parse_ref
-from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
-from recursa.protocol.events import SessionCreated, TurnEnded
+from recursa.models.registry import Providers
+from recursa.protocol.events import SessionCreated
+from recursa.runtime.accounts import Accounts, as_int
 from recursa.runtime.autonomy import Autonomy
+from recursa.runtime.boundaries import Boundaries, TurnControl
 from recursa.runtime.gate import KernelGate
 from recursa.runtime.goals import Goals
 from recursa.runtime.learning import Learning
 from recursa.runtime.scheduling import Scheduler
-from recursa.runtime.tree import Pulse, Tree, display_name
+from recursa.runtime.tree import Pulse, Tree
 from recursa.session import Session, SessionDeps
 from recursa.session.compaction import check_context_window
 from recursa.store import DB_FILE_NAME, JSONValue, SessionRow, Store
@@ -72,9 +71,12 @@ class Runtime:
         self._closed = False
         self.pulse = Pulse()
         """Notified whenever a session starts or stops working or a message arrives."""
-        self.ledger = Ledger()
-        """Reservations and spending against subtree budgets."""
-        self._chains: dict[str, tuple[Limit, ...]] = {}
+        self.accounts = Accounts(
+            config, store, self.providers, clock=clock, retry_sleep=retry_sleep
+        )
+        """Prices, subtree budgets and the model-call gateways (:mod:`recursa.runtime.accounts`)."""
+        self.boundaries = Boundaries(self)
+        """Every session's host: its turns' start and end (:mod:`recursa.runtime.boundaries`)."""
         self.api_socket: Path | None = None
         """Where kernels reach the kernel API (set by whoever serves it)."""
         self.gate = KernelGate(
@@ -206,17 +208,17 @@ class Runtime:
     def forget(self, session_id: str) -> None:
         """Drop the session object (a deleted session); its rows stay."""
         self._sessions.pop(session_id, None)
-        self._chains.pop(session_id, None)
+        self.accounts.forget(session_id)
 
-    def cost_of(self, model: str) -> Callable[[Usage], float | None] | None:
-        """The cost function for ``model`` (None when its provider is unknown)."""
-        table = self.config.providers.get(parse_ref(model).provider)
-        builtin = table is None or table.base_url is None
+    @property
+    def ledger(self) -> Ledger:
+        """Reservations and spending against subtree budgets."""
+        return self.accounts.ledger
 
-        def cost(usage: Usage) -> float | None:
-            return catalog.cost(model, usage, self.config.prices, builtin=builtin)
-
-        return cost
+    @property
+    def closed(self) -> bool:
+        """:meth:`aclose` has begun."""
+        return self._closed
 
     @property
     def sessions(self) -> list[Session]:
@@ -224,141 +226,28 @@ class Runtime:
         return list(self._sessions.values())
 
     def _build(self, row: SessionRow) -> Session:
-        provider, model_name = self.providers.get(row.model)
         info = self.providers.info(row.model)
-        table = self.config.providers.get(parse_ref(row.model).provider)
-        ref = row.model
-        # Published prices hold for the official endpoints only; another server
-        # answering to the same model name is priced by [prices] or unknown.
-        cost = self.cost_of(ref) or (lambda usage: None)
-
-        def call_model(request: Request) -> AsyncIterator[StreamEvent]:
-            return provider.stream(request)
-
-        def admit(request: Request) -> Admission:
-            chars = len(request.system) + sum(len(_text(m)) for m in request.messages)
-            return self.ledger.admit(
-                self._chain(row.id),
-                input_chars=chars,
-                wanted_output=request.max_output_tokens,
-                now=self.store.now(),
-                cost_of=cost,
-            )
-
-        def settle(ticket: Ticket, usage: Usage | None) -> None:
-            self.ledger.settle(ticket, usage, cost(usage) if usage is not None else None)
-
-        def kernel_env() -> dict[str, str]:
-            if self.api_socket is None:
-                return {}
-            self.store.tokens.revoke(row.id)  # a session speaks through one kernel at a time
-            token = self.store.tokens.mint(row.id)
-            return {"RECURSA_API_SOCKET": str(self.api_socket), "RECURSA_KERNEL_TOKEN": token}
-
         deps = SessionDeps(
             store=self.store,
             kernels=self.gate,
-            call_model=call_model,
-            cost=cost,
+            gateway=self.accounts.gateway(row.id, row.model),
             # Compaction works to the session's own window (--context-window), else the model's.
             model_info=replace(
                 info,
-                ref=ref,
-                context_window=_int(row.meta.get("context_window")) or info.context_window,
+                ref=row.model,
+                context_window=as_int(row.meta.get("context_window")) or info.context_window,
             ),
-            model_name=model_name,
             limits=_limits(row, self.config.limits),
             clock=self.clock,
             workspace=Path(row.workspace),
-            max_retries=table.max_retries if table else DEFAULT_MAX_RETRIES,
-            retry_sleep=self.retry_sleep,
+            host=self.boundaries,
             snapshot_max_bytes=self.config.sessions.snapshot_max_bytes,
             checkpoint_each_turn=self.config.sessions.checkpoint_each_turn,
-            admit=admit,
-            settle=settle,
-            kernel_env=kernel_env,
-            on_turn_end=self._turn_ended,
-            after_turn=self._after_turn,
             prestart_kernel=row.parent_id is None,
-            on_activity=self.pulse.notify,
-            supplement=lambda: self.learning.supplement(row.id).text,
-            prelude=lambda: self.learning.prelude(row.id),
         )
         session = Session(row.id, Path(row.cwd), deps)
         session.status = row.status
         return session
-
-    def _chain(self, session_id: str) -> tuple[Limit, ...]:
-        """The budgets a session's model calls count against: its own and every
-        ancestor's. Spending so far is read from the store once, then kept."""
-        chain = self._chains.get(session_id)
-        if chain is not None:
-            return chain
-        limits: list[Limit] = []
-        row: SessionRow | None = self.store.session(session_id)
-        while row is not None:
-            budget = row.meta.get("budget")
-            if isinstance(budget, dict):
-                limit = Limit(
-                    session_id=row.id,
-                    tokens=_int(budget.get("tokens")),
-                    cost=_float(budget.get("cost")),
-                    steps=_int(budget.get("steps")),
-                    time=_float(budget.get("time")),
-                    started=_float(budget.get("started")) or row.created_at,
-                )
-                limits.append(limit)
-                if row.id not in self.ledger.spent:
-                    totals = self.store.usage_totals(row.id, tree=True)
-                    self.ledger.spent[row.id] = Spent(
-                        tokens=totals.input_tokens + totals.output_tokens,
-                        cost=totals.cost,
-                        steps=totals.calls,
-                    )
-            row = self.store.session(row.parent_id) if row.parent_id else None
-        chain = tuple(limits)
-        self._chains[session_id] = chain
-        return chain
-
-    async def _after_turn(self, session: Session, ended: TurnEnded) -> None:
-        for control in list(self.controls):
-            try:
-                await control.after_turn(session, ended)
-            except Exception:
-                log.exception("session %s: turn-end control %r failed", session.id, control)
-
-    def _turn_ended(self, session: Session, ended: TurnEnded) -> None:
-        """At every turn's end, in the transaction that records it: the harness's
-        staged edits are applied, and a sub-agent's end goes to its parent."""
-        try:
-            self.learning.turn_ended(session)
-        except Exception:  # the harness must not keep the answer from the parent
-            log.exception("session %s: applying harness edits failed", session.id)
-        self._report_to_parent(session, ended)
-
-    def _report_to_parent(self, child: Session, ended: TurnEnded) -> None:
-        """A sub-agent's turn ended: its answer (or why it stopped) goes to its parent."""
-        row = self.store.session(child.id)
-        if row.parent_id is None:
-            return
-        parent_row = self.store.session(row.parent_id)
-        if parent_row.status == "deleted":
-            return
-        who = display_name(row) or row.id
-        if ended.reason == "answered" and ended.answer is not None:
-            text = f"sub-agent {who} finished: {ended.answer}"
-        else:
-            text = f"sub-agent {who} stopped ({ended.reason}): {ended.detail}"
-        if self._closed:
-            # Closing: store it for the parent, which takes it when it next runs
-            # (a session built now would start a turn during shutdown).
-            self.store.inbox.enqueue(
-                parent_row.id, text, source="child", mode="auto", sender=row.id, kind="answer"
-            )
-            return
-        self.get(parent_row.id).send(
-            text, mode="auto", source="child", sender=row.id, kind="answer"
-        )
 
     # -------------------------------------------------------------- recovery
 
@@ -391,7 +280,7 @@ class Runtime:
         # A turn whose gates the crash cut short is checked again by every
         # control in order (so its goal continues only if no gate does); other
         # goals whose continuation the stop cut off are continued.
-        checked = self.autonomy.resume(sessions, self._after_turn)
+        checked = self.autonomy.resume(sessions, self.boundaries.after_turn)
         self.goals.resume_all(skip=checked)
         # Kernels the last daemon left to nobody (its warm spares, one it was
         # handing to a session) are stopped; those of sessions it could not
@@ -451,27 +340,6 @@ class Runtime:
                 await self.providers.aclose()
             finally:
                 self.store.close()
-
-
-class TurnControl(Protocol):
-    """Something that looks at every turn's end and may continue the session
-    (``session.send(..., source="gate"|"goal"|...)``); see ``Runtime.controls``."""
-
-    async def after_turn(self, session: Session, ended: TurnEnded) -> None: ...
-
-
-def _text(message: Message) -> str:
-    if isinstance(message, AssistantMessage):
-        return message.text + "".join(call.arguments for call in message.tool_calls)
-    return message.text
-
-
-def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _limits(row: SessionRow, default: Limits) -> Limits:

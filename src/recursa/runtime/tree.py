@@ -187,7 +187,7 @@ class Tree:
             ):
                 raise UsageError(f"budget {key} must be a positive number, not {value!r}")
         if budget.cost is not None:
-            probe = self.runtime.cost_of(model)
+            probe = self.runtime.accounts.cost_of(model)
             if probe is None or probe(TokenUsage(1000, 1000)) is None:
                 raise UsageError(
                     f"a cost budget needs a priced model, and {model}'s price is unknown "

@@ -6,9 +6,10 @@ The decisions (when, where to cut, the prompt, the reply's format) are pure
 and live in :mod:`recursa.session.compaction`; this module makes the call and
 records what happened, as events through the session's ``record``:
 
-- the summary call's ``model_usage`` (step 0: it is outside the turn's steps,
-  but counted in the session's usage, and admitted under its budgets like
-  any other call);
+- the summary call's ``model_retry`` events and its ``model_usage`` (step 0:
+  it is outside the turn's steps, but counted in the session's usage): the
+  call goes through the session's gateway (:mod:`recursa.session.gateway`),
+  admitted under its budgets, capped and retried like any other;
 - then ``compacted``, which the conversation applies: from that event on, in
   this process and in any replay of the log, the context is the summary
   followed by the entries after the cut.
@@ -24,18 +25,16 @@ never interleave.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from recursa.control.budget import Admission, Ticket
-from recursa.control.limits import Stop
-from recursa.models.types import Done, Failed, Request, StreamEvent, Usage, UserMessage
+from recursa.models.types import Failed, Request, UserMessage
+from recursa.protocol.calls import Refused
 from recursa.protocol.events import (
     Compacted,
     CompactReason,
     Event,
     EventRecord,
-    ModelUsage,
     Notice,
 )
 from recursa.protocol.history import CompactReply
@@ -54,6 +53,7 @@ from recursa.session.compaction import (
     transcript_budget,
 )
 from recursa.session.context import Conversation
+from recursa.session.gateway import Gateway
 
 RETRY_AFTER_ENTRIES = 2
 """After a failed automatic compaction, wait for this many more context
@@ -70,15 +70,10 @@ class CompactorDeps:
     """The model's context window in tokens; None: unknown (no automatic compaction)."""
     system: Callable[[], str]
     """The system prompt the next call gets."""
-    model_name: str
-    model_ref: str
-    call_model: Callable[[Request], AsyncIterator[StreamEvent]]
-    """One model call, retries included."""
+    gateway: Gateway
+    """The session's model-call gateway: the summary call is admitted, capped,
+    retried and priced like any other."""
     record: Callable[[Event], EventRecord]
-    cost: Callable[[Usage], float | None]
-    clock: Callable[[], float]
-    admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
-    settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
 
 
 class Compactor:
@@ -153,45 +148,19 @@ class Compactor:
         prompt = summary_prompt(entries[: cut.index], budget, instructions)
         wanted = summary_tokens(window)
         request = Request(
-            model=deps.model_name,
+            model=deps.gateway.model_name,
             system=SUMMARY_SYSTEM,
             messages=(UserMessage(prompt),),
             max_output_tokens=wanted,
             cache_key=f"{deps.session_id}/compaction",
         )
-        admission = deps.admit(request)
-        if isinstance(admission, Stop):
-            return self._failed(reason, before, f"no budget for the summary: {admission.detail}")
-        if admission.max_output_tokens is not None:
-            wanted = min(wanted, admission.max_output_tokens)
-            request = replace(request, max_output_tokens=wanted)
-        began = deps.clock()
-        outcome: Done | Failed | None = None
-        try:
-            async for item in deps.call_model(request):
-                if isinstance(item, Done | Failed):
-                    outcome = item
-        finally:
-            deps.settle(admission, outcome.usage if isinstance(outcome, Done) else None)
-        if not isinstance(outcome, Done):
-            why = "the stream ended without a result"
-            if outcome is not None:
-                why = f"{outcome.kind}: {outcome.message}"
+        ended = await deps.gateway.complete(request, deps.record)
+        outcome = ended.outcome
+        if isinstance(outcome, Refused):
+            return self._failed(reason, before, f"no budget for the summary: {outcome.detail}")
+        if isinstance(outcome, Failed):
+            why = f"{outcome.kind}: {outcome.message}"
             return self._failed(reason, before, f"the summary call failed ({why})")
-        usage = outcome.usage
-        deps.record(
-            ModelUsage(
-                model=deps.model_ref,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cached_tokens=usage.cached_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                estimated=usage.estimated,
-                cost=deps.cost(usage),
-                latency=deps.clock() - began,
-                step=0,
-            )
-        )
         # A reply past its cap is cut; a token is rarely over six characters.
         summary = parse_summary(outcome.message.text, wanted * CHARS_PER_TOKEN * 2)
         if summary is None:

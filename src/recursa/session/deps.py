@@ -1,19 +1,18 @@
 """What a session is built from: :class:`SessionDeps`, which the runtime fills
-in (the store, kernels, the model, limits and the hooks it runs at turn
-boundaries)."""
+in (the store, kernels, the model-call gateway, limits), and :class:`SessionHost`,
+the runtime's side of a session's turn boundaries."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from recursa.config import Limits
-from recursa.control.budget import Admission, Ticket
-from recursa.models.types import ModelInfo, Request, StreamEvent, Usage
+from recursa.models.types import ModelInfo
 from recursa.protocol.events import TurnEnded
+from recursa.session.gateway import Gateway
 from recursa.session.kernel_slot import KernelSource
 from recursa.store import Store
 
@@ -21,8 +20,33 @@ if TYPE_CHECKING:
     from recursa.session.session import Session
 
 
-class ModelCaller(Protocol):
-    def __call__(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+class SessionHost(Protocol):
+    """The runtime's side of a session. A hook must not raise for the
+    session's sake: the session logs what one raises and goes on."""
+
+    def turn_ended(self, session: Session, ended: TurnEnded) -> None:
+        """After every turn ends, in the transaction that records the end (the
+        harness's staged edits applied, a sub-agent's answer queued for its parent)."""
+
+    async def after_turn(self, session: Session, ended: TurnEnded) -> None:
+        """After each turn and its checkpoint, before the session looks for
+        more input: the turn-end controls (autonomous gates, goals), which
+        continue the session by queueing a message (and do nothing to stop it)."""
+
+    def activity(self) -> None:
+        """The session started or stopped working, or a message arrived."""
+
+    def supplement(self, session_id: str) -> str:
+        """The supplemental prompt (harness state), read at the start of every
+        turn, so that edits applied at a turn boundary shape the next turn,
+        never the running one."""
+
+    def prelude(self, session_id: str) -> tuple[str, str] | None:
+        """What the kernel runs silently before cells (skills): see SlotDeps."""
+
+    def kernel_env(self, session_id: str) -> Mapping[str, str]:
+        """Variables to set in every kernel the session gets (the kernel API's
+        socket and token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,41 +55,20 @@ class SessionDeps:
 
     store: Store
     kernels: KernelSource
-    call_model: ModelCaller
-    cost: Callable[[Usage], float | None]
+    gateway: Gateway
+    """Every model call of the session (its turns' and its compactions') goes through it."""
     model_info: ModelInfo
-    model_name: str
     limits: Limits
     clock: Callable[[], float]
     workspace: Path
-    max_retries: int = 4
-    retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    host: SessionHost
     supplements: tuple[str, ...] = field(default_factory=tuple)
     snapshot_max_bytes: int = 1 << 30
     checkpoint_each_turn: bool = True
-    admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
-    """Before each model call: a ticket, or a Stop when a subtree budget is spent."""
-    settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
-    kernel_env: Callable[[], Mapping[str, str]] | None = None
-    """Variables to set in every kernel the session gets (the kernel API's socket and token)."""
-    on_turn_end: Callable[[Session, TurnEnded], None] | None = None
-    """Called after every turn ends (the runtime tells a sub-agent's parent)."""
-    on_activity: Callable[[], None] = lambda: None
-    """Called when the session starts or stops working, or a message arrives."""
-    supplement: Callable[[], str] | None = None
-    """The supplemental prompt (harness state), read at the start of every turn
-    so that edits applied at a turn boundary shape the next turn, never the
-    running one."""
-    after_turn: Callable[[Session, TurnEnded], Awaitable[None]] | None = None
-    """After each turn and its checkpoint, before the session looks for more
-    input: the runtime's turn-end controls (autonomous gates, goals), which
-    continue the session by queueing a message (and do nothing to stop it)."""
     prestart_kernel: bool = True
     """Start getting a kernel as a turn begins (a root session: its first cell
     then finds it ready); False: on the first cell (sub-agents, many of which
     never run one)."""
-    prelude: Callable[[], tuple[str, str] | None] | None = None
-    """What the kernel runs silently before cells (skills): see SlotDeps."""
 
 
-__all__ = ["ModelCaller", "SessionDeps"]
+__all__ = ["SessionDeps", "SessionHost"]

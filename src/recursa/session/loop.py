@@ -5,8 +5,13 @@ until it answers without code or a limit says stop.
 own between calls: everything it needs comes through :class:`TurnHooks`, and
 everything it does is an event it yields. The session consumes the events in
 order and, before resuming the generator, persists each one and applies it to
-the conversation; so when the loop asks ``hooks.request()`` for the next call,
+the conversation; so when the loop calls ``hooks.model`` for the next step,
 the context already holds every event yielded so far.
+
+The loop knows four things of its session: call the model (through the
+session's gateway, which compacts the context first when it must, and admits,
+caps, retries and prices the call), run a cell, take steering messages, and
+the context (which the model call reads).
 
 A turn always ends with exactly one ``TurnEnded`` (unless it is cancelled, in
 which case the session records the interruption). The model's own mistakes
@@ -21,31 +26,29 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from recursa.config import Limits
-from recursa.control.budget import Admission, Ticket
 from recursa.control.limits import (
-    Stop,
     TurnCounters,
     before_model_call,
     cell_timeout,
     time_left,
 )
-from recursa.models.types import Done, Failed, Request, Retrying, StreamEvent, ToolCall, Usage
-from recursa.models.types import TextDelta as ModelTextDelta
+from recursa.models.types import Done, Failed, ToolCall
+from recursa.protocol.calls import CallEnded, CallEvent, Refused
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
     CellStarted,
     Event,
-    ModelRetry,
-    ModelUsage,
-    TextDelta,
     TurnEnded,
+    TurnEndReason,
     TurnStarted,
     UserInput,
 )
 from recursa.session.cells import CellRequest, check_tool_call, final_answer, parse_fenced
+from recursa.session.gateway import NO_RESULT
 
 MAX_NUDGES = 2
 """Consecutive empty or cut-off replies the model is told about before the turn stops."""
@@ -74,55 +77,44 @@ CUT_OFF_NUDGE = (
 )
 
 
+class ModelHook(Protocol):
+    """The session's model call for a step; see :class:`TurnHooks`."""
+
+    def __call__(self, step: int, overflow: bool) -> AsyncIterator[CallEvent]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class TurnHooks:
     """What a turn needs from its session. Each hook's contract:
 
-    - ``model(request)``: one model call, retries included; yields stream
-      events ending in exactly one ``Done`` or ``Failed``.
-    - ``request()``: the request for the next call, built from the
-      conversation as it stands (every event yielded so far is in it).
+    - ``model(step, overflow)``: one model call over the context as it stands
+      (every event yielded so far is in it), through the session's gateway:
+      the context is first compacted when it nears the model's window (with
+      ``overflow``: because the provider just refused it as too long), then
+      the call is admitted under the subtree's budgets, capped, retried and
+      priced. Yields ``TextDelta`` and ``ModelRetry`` events, then exactly one
+      ``CallEnded`` whose ``usage`` the loop records after the reply.
     - ``execute(cell, call_id, code, time_limit)``: run a cell in the session's
       kernel and return its ``CellFinished``. It must not raise for anything
       the code does (errors, timeouts, a dead kernel are statuses).
     - ``deliver_steers()``: put the steering messages that arrived since the
       last call into the context (the session records their events itself,
       each atomically with marking its message delivered); returns how many.
-    - ``cost(usage)``: USD for a call, None when the price is unknown.
     - ``next_cell()``: the next cell number of the session (1, 2, ...).
     - ``clock()``: monotonic seconds.
-    - ``admit(request)``: before each model call: a :class:`Ticket` (with a cap
-      on the call's output, when a budget needs one) or a ``Stop`` when a budget
-      of the session's subtree is spent; ``settle(ticket, usage)`` after the
-      call, with its usage (None when it failed).
-    - ``make_room(overflow)``: before each model call, after the limits are
-      checked: compact the context if it nears the model's window (with
-      ``overflow``: because the provider just refused it as too long). It
-      records its own events (the summary call's usage, ``compacted``) and
-      returns whether it compacted.
+    - ``limits``: the turn's limits (steps, tokens, wall clock).
 
     The loop yields while a model call's time limit is armed, which is safe
     because the session handles each event synchronously (it never awaits
     between receiving an event and resuming the loop).
     """
 
-    model: Callable[[Request], AsyncIterator[StreamEvent]]
-    request: Callable[[], Request]
+    model: ModelHook
     execute: Callable[[int, str, str, float], Awaitable[CellFinished]]
     deliver_steers: Callable[[], int]
-    cost: Callable[[Usage], float | None]
     next_cell: Callable[[], int]
     clock: Callable[[], float]
     limits: Limits
-    model_ref: str
-    fenced: bool
-    admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
-    settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
-    make_room: Callable[[bool], Awaitable[bool]] = lambda overflow: _no_room()
-
-
-async def _no_room() -> bool:
-    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,123 +150,90 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
     return _Reply((), [], final_answer(text), 0, None if text.strip() else EMPTY_NUDGE)
 
 
-async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> AsyncIterator[Event]:
+@dataclass(slots=True)
+class _Counts:
+    """What a turn has done so far, for its limits and the model's mistakes."""
+
+    start: float
+    steps: int = 0
+    tokens: int = 0
+    nudges: int = 0
+    previous_code: str | None = None
+    repeats: int = 0
+    overflowed: bool = False
+
+    def counters(self, now: float) -> TurnCounters:
+        return TurnCounters(steps=self.steps, tokens=self.tokens, elapsed=now - self.start)
+
+
+async def run_turn(
+    turn: int, hooks: TurnHooks, *, fenced: bool = False, resume: bool = False
+) -> AsyncIterator[Event]:
     """Run one turn; see the module docstring for the protocol.
 
+    ``fenced``: the model writes code in fenced blocks instead of tool calls.
     ``resume``: the turn was cut short (the daemon crashed) and goes on from
     the context as stored: no ``turn_started``; its limits count afresh.
     """
-    start = hooks.clock()
-    steps = 0
-    tokens = 0
-    nudges = 0
-    previous_code: str | None = None
-    repeats = 0
-    overflowed = False
+    counts = _Counts(start=hooks.clock())
     if not resume:
         yield TurnStarted(turn=turn)
     while True:
-        counters = TurnCounters(steps=steps, tokens=tokens, elapsed=hooks.clock() - start)
+        counters = counts.counters(hooks.clock())
         stop = before_model_call(hooks.limits, counters)
         if stop is not None:
             yield TurnEnded(turn=turn, reason=stop.reason, detail=stop.detail)
             return
 
-        # Room for the call: the context is compacted when it nears the window.
-        if await _make_room(hooks, counters, overflow=False) is None:
-            yield _out_of_time(turn, hooks.limits)
-            return
-
-        # One model call, admitted under the budgets of the session's subtree.
-        request = hooks.request()
-        admission = hooks.admit(request)
-        if isinstance(admission, Stop):
-            yield TurnEnded(turn=turn, reason=admission.reason, detail=admission.detail)
-            return
-        if admission.max_output_tokens is not None:
-            cap = admission.max_output_tokens
-            if request.max_output_tokens is not None:
-                cap = min(cap, request.max_output_tokens)
-            request = replace(request, max_output_tokens=cap)
-        call_start = hooks.clock()
-        outcome: Done | Failed | None = None
+        # One model call through the session's gateway, under the turn's time limit.
+        ended: CallEnded | None = None
         try:
             async with asyncio.timeout(time_left(hooks.limits, counters)):
-                async for item in hooks.model(request):
-                    match item:
-                        case ModelTextDelta(text=text):
-                            yield TextDelta(text=text, step=steps + 1)
-                        case Retrying():
-                            yield ModelRetry(
-                                kind=item.kind,
-                                message=item.message,
-                                attempt=item.attempt,
-                                delay=item.delay,
-                            )
-                        case Done() | Failed():
-                            outcome = item
-                        case _:
-                            pass
+                async for item in hooks.model(counts.steps + 1, counts.overflowed):
+                    if isinstance(item, CallEnded):
+                        ended = item
+                    else:
+                        yield item
         except TimeoutError:
-            limit = hooks.limits.max_time or 0
-            detail = f"a model call ran past the turn's time limit of {limit:.0f} s (--max-time)"
-            yield TurnEnded(turn=turn, reason="max_time", detail=detail)
+            yield _out_of_time(turn, hooks.limits)
             return
-        finally:
-            hooks.settle(admission, outcome.usage if isinstance(outcome, Done) else None)
-        steps += 1
-        if isinstance(outcome, Failed) and outcome.kind == "context_overflow" and not overflowed:
-            # The window was smaller than thought (or unknown): compact, try once more.
-            overflowed = True
-            compacted = await _make_room(hooks, counters, overflow=True)
-            if compacted is None:
-                yield _out_of_time(turn, hooks.limits)
-                return
-            if compacted:
+        outcome = ended.outcome if ended is not None else Failed("malformed", NO_RESULT)
+        if isinstance(outcome, Refused):
+            yield TurnEnded(turn=turn, reason=outcome.reason, detail=outcome.detail)
+            return
+        counts.steps += 1
+        if isinstance(outcome, Failed):
+            if outcome.kind == "context_overflow" and not counts.overflowed:
+                # The window was smaller than thought (or unknown): compact, try once more.
+                counts.overflowed = True
                 continue
-        if not isinstance(outcome, Done):
-            detail = (
-                f"{outcome.kind}: {outcome.message}"
-                if outcome is not None
-                else "malformed: the model stream ended without a result"
-            )
+            detail = f"{outcome.kind}: {outcome.message}"
             yield TurnEnded(turn=turn, reason="provider_error", detail=detail)
             return
 
-        # The reply, as it was.
-        overflowed = False
-        usage = outcome.usage
-        tokens += usage.total_tokens
-        reply = _read(outcome, fenced=hooks.fenced, turn=turn, step=steps)
+        # The reply, as it was, then its usage (measured with the reply in the context).
+        counts.overflowed = False
+        counts.tokens += outcome.usage.total_tokens
+        reply = _read(outcome, fenced=fenced, turn=turn, step=counts.steps)
         yield AssistantReply(
-            text=outcome.message.text, tool_calls=reply.calls, step=steps, fenced=hooks.fenced
+            text=outcome.message.text, tool_calls=reply.calls, step=counts.steps, fenced=fenced
         )
-        yield ModelUsage(
-            model=hooks.model_ref,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cached_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            estimated=usage.estimated,
-            cost=hooks.cost(usage),
-            latency=hooks.clock() - call_start,
-            step=steps,
-        )
+        if ended is not None and ended.usage is not None:
+            yield ended.usage
 
         # What it asks for: cells, another try, or the end of the turn.
         if reply.nudge is not None:
-            nudges += 1
-            if nudges > MAX_NUDGES:
+            counts.nudges += 1
+            if counts.nudges > MAX_NUDGES:
                 empty = reply.nudge in (EMPTY_NUDGE, EMPTY_NUDGE_FENCED)
                 what = "empty" if empty else "cut off at the output limit"
-                detail = f"the model's last {nudges} replies were {what}"
-                yield TurnEnded(
-                    turn=turn, reason="empty_reply" if empty else "stuck", detail=detail
-                )
+                detail = f"the model's last {counts.nudges} replies were {what}"
+                reason: TurnEndReason = "empty_reply" if empty else "stuck"
+                yield TurnEnded(turn=turn, reason=reason, detail=detail)
                 return
             yield UserInput(text=reply.nudge, source="system", mode="steer")
             continue
-        nudges = 0
+        counts.nudges = 0
 
         if not reply.cells:
             if hooks.deliver_steers():  # arrived during the last call: answer them too
@@ -282,67 +241,60 @@ async def run_turn(turn: int, hooks: TurnHooks, *, resume: bool = False) -> Asyn
             yield TurnEnded(turn=turn, reason="answered", answer=reply.answer)
             return
 
-        for cell in reply.cells:
-            number = hooks.next_cell()
-            if cell.code is None:
-                error = cell.error or "error: nothing was run."
-                yield CellFinished(
-                    cell=number,
-                    call_id=cell.call_id,
-                    status="rejected",
-                    output=error,
-                    chars=len(error),
-                )
-                continue
-            code = cell.code.strip()
-            repeats = repeats + 1 if code == previous_code else 1
-            previous_code = code
-            if repeats >= STUCK_AT:
-                detail = f"the model sent the same cell {repeats} times in a row"
-                yield TurnEnded(turn=turn, reason="stuck", detail=detail)
+        async for event in _run_cells(turn, hooks, counts, reply):
+            yield event
+            if isinstance(event, TurnEnded):
                 return
-            if repeats >= REFUSE_REPEAT_AT:
-                refusal = REFUSED_REPEAT.format(n=repeats - 1)
-                yield CellFinished(
-                    cell=number,
-                    call_id=cell.call_id,
-                    status="rejected",
-                    output=refusal,
-                    chars=len(refusal),
-                )
-                continue
-            yield CellStarted(cell=number, call_id=cell.call_id, code=cell.code)
-            counters = TurnCounters(steps=steps, tokens=tokens, elapsed=hooks.clock() - start)
-            result = await hooks.execute(
-                number, cell.call_id, cell.code, cell_timeout(hooks.limits, counters)
-            )
-            notes = []
-            if reply.ignored_blocks:
-                notes.append(
-                    f"[only the first code block of a reply runs; {reply.ignored_blocks} more ignored]"
-                )
-            if repeats == 2:  # small models that repeat a cell keep repeating it unless told
-                notes.append(REPEATED_CELL_NOTE)
-            if notes:
-                output = "\n".join([result.output.rstrip(), *notes]).lstrip()
-                result = replace(result, output=output)
-            yield result
         hooks.deliver_steers()
 
 
-async def _make_room(hooks: TurnHooks, counters: TurnCounters, *, overflow: bool) -> bool | None:
-    """``hooks.make_room`` under the turn's time limit; None when the time ran out."""
-    try:
-        async with asyncio.timeout(time_left(hooks.limits, counters)):
-            return await hooks.make_room(overflow)
-    except TimeoutError:
-        return None
+async def _run_cells(
+    turn: int, hooks: TurnHooks, counts: _Counts, reply: _Reply
+) -> AsyncIterator[Event]:
+    """Run a reply's cells in order; a cell repeated too often is refused, and
+    one repeated past :data:`STUCK_AT` ends the turn (a ``TurnEnded``, last)."""
+    for cell in reply.cells:
+        number = hooks.next_cell()
+        if cell.code is None:
+            yield _rejected(number, cell.call_id, cell.error or "error: nothing was run.")
+            continue
+        code = cell.code.strip()
+        counts.repeats = counts.repeats + 1 if code == counts.previous_code else 1
+        counts.previous_code = code
+        if counts.repeats >= STUCK_AT:
+            detail = f"the model sent the same cell {counts.repeats} times in a row"
+            yield TurnEnded(turn=turn, reason="stuck", detail=detail)
+            return
+        if counts.repeats >= REFUSE_REPEAT_AT:
+            yield _rejected(number, cell.call_id, REFUSED_REPEAT.format(n=counts.repeats - 1))
+            continue
+        yield CellStarted(cell=number, call_id=cell.call_id, code=cell.code)
+        limit = cell_timeout(hooks.limits, counts.counters(hooks.clock()))
+        result = await hooks.execute(number, cell.call_id, cell.code, limit)
+        notes = []
+        if reply.ignored_blocks:
+            notes.append(
+                f"[only the first code block of a reply runs; {reply.ignored_blocks} more ignored]"
+            )
+        if counts.repeats == 2:  # small models that repeat a cell keep repeating it unless told
+            notes.append(REPEATED_CELL_NOTE)
+        if notes:
+            output = "\n".join([result.output.rstrip(), *notes]).lstrip()
+            result = replace(result, output=output)
+        yield result
+
+
+def _rejected(cell: int, call_id: str, why: str) -> CellFinished:
+    return CellFinished(cell=cell, call_id=call_id, status="rejected", output=why, chars=len(why))
 
 
 def _out_of_time(turn: int, limits: Limits) -> TurnEnded:
     limit = limits.max_time or 0
-    detail = f"compacting the context ran past the turn's time limit of {limit:.0f} s (--max-time)"
+    detail = (
+        f"a model call (or compacting the context before it) ran past the turn's time limit "
+        f"of {limit:.0f} s (--max-time)"
+    )
     return TurnEnded(turn=turn, reason="max_time", detail=detail)
 
 
-__all__ = ["MAX_NUDGES", "REFUSE_REPEAT_AT", "STUCK_AT", "TurnHooks", "run_turn"]
+__all__ = ["MAX_NUDGES", "REFUSE_REPEAT_AT", "STUCK_AT", "ModelHook", "TurnHooks", "run_turn"]

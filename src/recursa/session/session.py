@@ -1,8 +1,10 @@
 """The Session: a thin shell around the turn loop.
 
 A session owns its lifecycle, its inbox and the persistence of its events;
-the turn loop (:mod:`recursa.session.loop`) owns what happens in a turn, and
-the kernel slot (:mod:`recursa.session.kernel_slot`) its kernel. Every event
+the turn loop (:mod:`recursa.session.loop`, driven by
+:mod:`recursa.session.turns`) owns what happens in a turn, the model context
+(:mod:`recursa.session.model_context`) what the model sees and how it is
+called, and the kernel slot (:mod:`recursa.session.kernel_slot`) its kernel. Every event
 passes through :meth:`Session.record`, which appends it to the store (so it is
 durable before anyone sees it), applies it to the conversation, and publishes
 it to listeners.
@@ -23,16 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from recursa.errors import KernelError
-from recursa.models.retry import with_retries
-from recursa.models.types import Message, Request, StreamEvent
+from recursa.models.types import Message
 from recursa.protocol.events import (
-    CellFinished,
-    CellStarted,
     Event,
     EventRecord,
     InputSource,
@@ -40,43 +37,21 @@ from recursa.protocol.events import (
     SessionStatus,
     StatusChanged,
     TurnEnded,
-    TurnStarted,
-    UserInput,
     is_transient,
 )
 from recursa.protocol.history import CompactReply
-from recursa.session.cells import PYTHON_TOOL
-from recursa.session.compactor import Compactor, CompactorDeps
-from recursa.session.context import (
-    BASE_PROMPT,
-    FENCED_PROMPT,
-    Conversation,
-    find_context_files,
-    system_prompt,
-)
-from recursa.session.deps import ModelCaller, SessionDeps
+from recursa.session.context import Conversation
+from recursa.session.deps import SessionDeps, SessionHost
 from recursa.session.kernel_slot import KernelSlot, KernelSource, SlotDeps
-from recursa.session.loop import TurnHooks, run_turn
+from recursa.session.listeners import Listeners
+from recursa.session.model_context import ModelContext
+from recursa.session.replay import Cut, lost_results, read_log
+from recursa.session.turns import Turns
 from recursa.store import MessageKind, MessageRow
 
 SendMode = Literal["auto", "steer", "follow_up"]
 
 log = logging.getLogger("recursa.session")
-
-LOST_CELL = (
-    "the daemon stopped while this cell ran: its result was lost, and it was not run again. "
-    "Check its effects before relying on them."
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _Cut:
-    """Work the log shows as begun and never finished: a turn that started and
-    never ended (``turn``, with the cells that never finished), or inputs that
-    were delivered and never answered (``turn`` None: a turn must start)."""
-
-    turn: int | None
-    lost: tuple[CellStarted, ...] = ()
 
 
 class Session:
@@ -95,27 +70,7 @@ class Session:
         self.idle_since = deps.clock()
         """When the session last went idle, by the runtime's (monotonic) clock."""
         self._conversation = Conversation(fenced=self.fenced)
-        self._context_files = find_context_files(cwd)
-        self._system = self._build_system()
-        self._prelude: tuple[str, str] | None = None
-        """The kernel's prelude (skills) for this turn: read once per turn, like
-        the system prompt, so the harness's state is fixed within a turn."""
-        self._compactor = Compactor(
-            CompactorDeps(
-                session_id=session_id,
-                conversation=self._conversation,
-                window=deps.model_info.context_window,
-                system=lambda: self._system,
-                model_name=deps.model_name,
-                model_ref=self.model_ref,
-                call_model=self._call_model,
-                record=self.record,
-                cost=deps.cost,
-                clock=deps.clock,
-                admit=deps.admit,
-                settle=deps.settle,
-            )
-        )
+        self._model = ModelContext(session_id, cwd, deps, self._conversation, self.record)
         self._slot = KernelSlot(
             session_id,
             cwd,
@@ -126,54 +81,32 @@ class Session:
                 record=self.record,
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
-                kernel_env=deps.kernel_env,
-                prelude=lambda: self._prelude,
+                kernel_env=lambda: deps.host.kernel_env(session_id),
+                prelude=lambda: self._model.prelude,
             ),
         )
-        self._listeners: list[Callable[[EventRecord], None]] = []
-        self._turns = 0
-        self._cells = 0
-        self._steer_waiting = False
+        self._listeners = Listeners()
+        self._turns = Turns(self, self._model, self._slot)
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
         self._interrupting = False
 
     # ---------------------------------------------------------------- loading
 
-    def replay(self) -> _Cut | None:
-        """Rebuild the context and counters from the stored log. Returns the turn
-        that was cut short (started, never ended), if there is one."""
-        cut_turn: int | None = None
-        unanswered = False
-        running: dict[int, CellStarted] = {}
-        for record in self.deps.store.events(self.id):
-            event = record.event
-            self._conversation.apply(event, record.seq)
-            self.last_activity = record.ts
-            match event:
-                case UserInput(mode="turn") if cut_turn is None:
-                    unanswered = True
-                case TurnStarted(turn=turn):
-                    self._turns = max(self._turns, turn)
-                    cut_turn, running, unanswered = turn, {}, False
-                case TurnEnded():
-                    cut_turn, running = None, {}
-                    self.last_end = event
-                    if event.answer is not None:
-                        self.last_answer = event.answer
-                case CellStarted(cell=cell):
-                    self._cells = max(self._cells, cell)
-                    running[cell] = event
-                case CellFinished(cell=cell):
-                    self._cells = max(self._cells, cell)
-                    running.pop(cell, None)
-                case StatusChanged(status=status):
-                    self.status = status
-                case _:
-                    pass
-        if cut_turn is not None:
-            return _Cut(cut_turn, tuple(running.values()))
-        return _Cut(None) if unanswered else None
+    def replay(self) -> Cut | None:
+        """Rebuild the context and counters from the stored log. Returns the work
+        it shows as cut short (:class:`~recursa.session.replay.Cut`), if any."""
+        state = read_log(self.deps.store.events(self.id), self._conversation)
+        self._turns.count = max(self._turns.count, state.turns)
+        self._turns.cells = max(self._turns.cells, state.cells)
+        self.last_activity = state.last_activity or self.last_activity
+        if state.last_end is not None:
+            self.last_end = state.last_end
+        if state.last_answer is not None:
+            self.last_answer = state.last_answer
+        if state.status is not None:
+            self.status = state.status
+        return state.cut
 
     async def recover(self) -> None:
         """After a daemon restart: rebuild, reattach the kernel if it survived,
@@ -181,22 +114,10 @@ class Session:
         cut = self.replay()
         attached = await self._slot.reattach()
         if cut is not None:
-            self.record(
-                Notice(
-                    level="warning",
-                    text="recovered: the daemon stopped during this turn, which now goes on",
-                )
-            )
-            for started in cut.lost:
-                self.record(
-                    CellFinished(
-                        cell=started.cell,
-                        call_id=started.call_id,
-                        status="interrupted",
-                        output=LOST_CELL,
-                        chars=len(LOST_CELL),
-                    )
-                )
+            text = "recovered: the daemon stopped during this turn, which now goes on"
+            self.record(Notice(level="warning", text=text))
+            for result in lost_results(cut):
+                self.record(result)
             self._conversation.close_unanswered()
             self._start_worker(resume=cut)
         elif self.deps.store.inbox.pending_count(self.id):
@@ -224,10 +145,10 @@ class Session:
         )
         if self.running:
             if mode in ("steer", "auto"):
-                self._steer_waiting = True
+                self._turns.steer_waiting = True
         else:
             self._start_worker()
-        self.deps.on_activity()
+        self.deps.host.activity()
         return row
 
     def wake(self) -> None:
@@ -235,7 +156,12 @@ class Session:
         written to the store directly, e.g. a sub-agent's first task)."""
         if not self.running and self.deps.store.inbox.pending_count(self.id):
             self._start_worker()
-            self.deps.on_activity()
+            self.deps.host.activity()
+
+    @property
+    def interrupting(self) -> bool:
+        """:meth:`interrupt` is stopping the running turn."""
+        return self._interrupting
 
     @property
     def running(self) -> bool:
@@ -243,10 +169,10 @@ class Session:
         return self._worker is not None and not self._worker.done()
 
     async def _after_turn(self) -> None:
-        if self.deps.after_turn is None or self.last_end is None or self._interrupting:
+        if self.last_end is None or self._interrupting:
             return
         try:
-            await self.deps.after_turn(self, self.last_end)
+            await self.deps.host.after_turn(self, self.last_end)
         except asyncio.CancelledError:
             raise
         except Exception:  # a control's failure must not take the session down
@@ -295,23 +221,12 @@ class Session:
         transient (``seq == 0``), synchronously and in order, right after it is
         durable. The callback must be quick and must not raise. Returns a function
         that stops the calls."""
-        self._listeners.append(callback)
-
-        def stop() -> None:
-            if callback in self._listeners:
-                self._listeners.remove(callback)
-
-        return stop
+        return self._listeners.add(callback)
 
     async def watch(self) -> AsyncIterator[EventRecord]:
         """Every event from now on, as an async iterator (a queue fed by :meth:`listen`)."""
-        queue: asyncio.Queue[EventRecord] = asyncio.Queue()
-        stop = self.listen(queue.put_nowait)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            stop()
+        async for record in self._listeners.watch():
+            yield record
 
     def history(self, after: int = 0) -> list[EventRecord]:
         return self.deps.store.events(self.id, after=after)
@@ -335,8 +250,7 @@ class Session:
         if record.seq:
             self._conversation.apply(record.event, record.seq)
             self.last_activity = record.ts
-        for listener in list(self._listeners):
-            listener(record)
+        self._listeners.publish(record)
 
     def _set_status(self, status: SessionStatus) -> None:
         if status == "idle":
@@ -348,11 +262,11 @@ class Session:
 
     # ------------------------------------------------------------------ turns
 
-    def _start_worker(self, *, resume: _Cut | None = None) -> None:
+    def _start_worker(self, *, resume: Cut | None = None) -> None:
         self._worker = asyncio.create_task(self._work(resume), name=f"session {self.id}")
-        self._worker.add_done_callback(lambda _: self.deps.on_activity())
+        self._worker.add_done_callback(lambda _: self.deps.host.activity())
 
-    async def _work(self, resume: _Cut | None) -> None:
+    async def _work(self, resume: Cut | None) -> None:
         """Run turns while inputs wait. An interrupt ends the running turn and this
         worker; what is still queued waits for the next input. The last check for
         waiting input is followed by no await, so a message sent later always
@@ -361,7 +275,7 @@ class Session:
             if resume is not None:
                 self._set_status("running")
                 self._prestart()
-                await self._turn(resume.turn, resume=True)
+                await self._turns.run(resume.turn, resume=True)
                 await self._checkpoint()
                 await self._after_turn()
             while not (self._closed or self._interrupting):
@@ -370,10 +284,10 @@ class Session:
                     break
                 self._set_status("running")
                 self._prestart()
-                self._steer_waiting = False
+                self._turns.steer_waiting = False
                 for record in self.deps.store.inbox.deliver(pending):
                     self._publish(record)
-                await self._turn(None, resume=False)
+                await self._turns.run(None, resume=False)
                 await self._checkpoint()
                 await self._after_turn()
         finally:
@@ -388,148 +302,23 @@ class Session:
         if self.deps.checkpoint_each_turn and not self._closed:
             await self._slot.checkpoint()
 
-    async def _turn(self, cut_turn: int | None, *, resume: bool) -> None:
-        """Run a turn: a new one, or (``resume``) the cut-short turn ``cut_turn``
-        (None: a new turn over inputs already delivered)."""
-        if cut_turn is None:
-            self._turns += 1
-        turn = self._turns if cut_turn is None else cut_turn
-        self._system = self._build_system()
-        self._prelude = self._build_prelude()
-        hooks = TurnHooks(
-            model=self._call_model,
-            request=self._request,
-            execute=self._slot.execute,
-            deliver_steers=self._deliver_steers,
-            cost=self.deps.cost,
-            next_cell=self._next_cell,
-            clock=self.deps.clock,
-            limits=self.deps.limits,
-            model_ref=self.model_ref,
-            fenced=self.fenced,
-            admit=self.deps.admit,
-            settle=self.deps.settle,
-            make_room=self._compactor.make_room,
-        )
-        ended: TurnEnded | None = None
-        try:
-            async for event in run_turn(turn, hooks, resume=resume and cut_turn is not None):
-                if isinstance(event, TurnEnded):
-                    ended = event
-                    self._end(event)
-                else:
-                    self.record(event)
-        except asyncio.CancelledError:
-            ended = TurnEnded(turn=turn, reason="interrupted", detail="interrupted by the user")
-            self.record(ended)
-            task = asyncio.current_task()
-            if not self._interrupting or task is None:
-                self.last_end = ended
-                raise
-            task.uncancel()  # the cancellation was ours and is handled here
-            self._ended(ended)
-            return
-        except KernelError as exc:
-            if ended is None:
-                self._end(TurnEnded(turn=turn, reason="internal_error", detail=str(exc)))
-            return
-        except Exception as exc:  # a bug: end the turn with a reason, keep the session
-            log.exception("session %s: turn %d failed", self.id, turn)
-            if ended is None:
-                detail = f"{type(exc).__name__}: {exc}"
-                self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
-            return
-        if ended is None:  # the loop's contract says this cannot happen; say so if it does
-            detail = "the turn ended without a reason"
-            self._end(TurnEnded(turn=turn, reason="internal_error", detail=detail))
-
-    def _build_system(self) -> str:
-        """The base prompt, the context files, the runtime's fixed supplements,
-        then the harness's supplemental prompt as it is now."""
-        supplements = list(self.deps.supplements)
-        if self.deps.supplement is not None:
-            try:
-                supplements.append(self.deps.supplement())
-            except Exception:  # the harness must not stop the session
-                log.exception("session %s: building the supplemental prompt failed", self.id)
-        base = FENCED_PROMPT if self.fenced else BASE_PROMPT
-        return system_prompt(base, self._context_files, supplements)
-
-    def _build_prelude(self) -> tuple[str, str] | None:
-        if self.deps.prelude is None:
-            return None
-        try:
-            return self.deps.prelude()
-        except Exception:  # the harness must not stop the session
-            log.exception("session %s: building the kernel prelude failed", self.id)
-            return None
-
-    def _end(self, ended: TurnEnded) -> None:
-        """Record the turn's end and run the turn-end hook in one transaction:
-        what the hook stores (a sub-agent's answer queued for its parent, the
-        harness edits applied) is durable exactly when the end is, so a crash
-        can never keep the one and lose the other."""
-        with self.deps.store.transaction():
-            self.record(ended)
-            self._ended(ended)
-
-    def _ended(self, ended: TurnEnded) -> None:
-        self.last_end = ended
-        if ended.answer is not None:
-            self.last_answer = ended.answer
-        if self.deps.on_turn_end is not None:
-            try:
-                self.deps.on_turn_end(self, ended)
-            except Exception:  # telling others must not break this session
-                log.exception("session %s: the turn-end hook failed", self.id)
-
-    def _request(self) -> Request:
-        return Request(
-            model=self.deps.model_name,
-            system=self._system,
-            messages=self._conversation.snapshot(),
-            tools=() if self.fenced else (PYTHON_TOOL,),
-            cache_key=self.id,
-        )
-
-    def _call_model(self, request: Request) -> AsyncIterator[StreamEvent]:
-        return with_retries(
-            lambda: self.deps.call_model(request),
-            max_retries=self.deps.max_retries,
-            sleep=self.deps.retry_sleep,
-        )
-
-    def _deliver_steers(self) -> int:
-        if not self._steer_waiting:
-            return 0
-        self._steer_waiting = False
-        steers = [m for m in self.deps.store.inbox.pending(self.id) if m.mode in ("steer", "auto")]
-        records = self.deps.store.inbox.deliver(steers, steer=True)
-        for record in records:
-            self._publish(record)
-        return len(records)
-
-    def _next_cell(self) -> int:
-        self._cells += 1
-        return self._cells
-
     # ------------------------------------------------------------- compaction
 
     async def compact(self, instructions: str | None = None) -> CompactReply:
         """The agent's compaction (``compact.run()``, from a cell): replace all of
         the context but the step in progress with a summary. Automatic
         compaction happens by itself before model calls (:mod:`recursa.session.compactor`)."""
-        return await self._compactor.compact("agent", instructions)
+        return await self._model.compact(instructions)
 
     @property
     def context(self) -> tuple[Message, ...]:
         """The messages the next model call gets (compactions applied)."""
-        return self._conversation.snapshot()
+        return self._model.messages
 
     @property
     def context_tokens(self) -> int:
         """The size of the model's context now, in tokens (measured where it can be)."""
-        return self._compactor.tokens
+        return self._model.tokens
 
     # -------------------------------------------------------------- lifecycle
 
@@ -554,4 +343,4 @@ class Session:
             await self._slot.close()
 
 
-__all__ = ["KernelSource", "ModelCaller", "SendMode", "Session", "SessionDeps"]
+__all__ = ["KernelSource", "SendMode", "Session", "SessionDeps", "SessionHost"]
