@@ -6,9 +6,9 @@ Usage::
 
 The round trip is measured from ``Kernel.execute`` being called to its
 ``CellOutput`` being returned, for cells that do (almost) nothing, after a
-warm-up; then this package's client against jupyter_client's
-``AsyncKernelClient`` on one kernel process (:func:`versus`). Figures depend on machine load: run
-it on an idle machine and read the median.
+warm-up: jupyter_client's ``AsyncKernelClient`` carries the messages
+(:mod:`recursa.kernel.wire`). Figures depend on machine load: run it on an
+idle machine and read the median.
 """
 
 from __future__ import annotations
@@ -73,71 +73,6 @@ async def round_trips(env: dict[str, str], runtime: Path, cells: int) -> None:
             print(f"round trip {code!r:<14}  {summary(samples)}")
 
 
-async def versus(env: dict[str, str], runtime: Path, cells: int, blocks: int = 10) -> None:
-    """The cell round trip of this package's client (:mod:`recursa.kernel.wire`,
-    through ``Kernel.execute``) against jupyter_client's ``AsyncKernelClient``
-    (``execute_interactive``, and a plain ``execute`` then reading iopub until
-    idle and the shell reply), on the same bootstrapped kernel process, in
-    alternating blocks so that a change in the machine's load hits all alike."""
-    from jupyter_client.asynchronous import AsyncKernelClient
-
-    async with Kernel(runtime, env, runtime_dir=runtime) as kernel:
-        kc = AsyncKernelClient()
-        kc.load_connection_file(str(kernel.connection_file))
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=60)
-
-            async def ours() -> None:
-                out = await kernel.execute("x = 1", timeout=10)
-                assert out.status == "ok", out
-
-            async def interactive() -> None:
-                reply = await kc.execute_interactive("x = 1", output_hook=lambda msg: None)
-                assert reply["content"]["status"] == "ok", reply
-
-            async def plain() -> None:
-                msg_id = kc.execute("x = 1")
-                while True:
-                    msg = await kc.get_iopub_msg(timeout=10)
-                    if (
-                        msg["parent_header"].get("msg_id") == msg_id
-                        and msg["msg_type"] == "status"
-                        and msg["content"]["execution_state"] == "idle"
-                    ):
-                        break
-                while (reply := await kc.get_shell_msg(timeout=10))["parent_header"].get(
-                    "msg_id"
-                ) != msg_id:
-                    pass
-                assert reply["content"]["status"] == "ok", reply
-
-            runs = {
-                "recursa.kernel.wire (Kernel.execute)": ours,
-                "AsyncKernelClient.execute_interactive": interactive,
-                "AsyncKernelClient execute + get_*_msg": plain,
-            }
-            samples: dict[str, list[float]] = {name: [] for name in runs}
-            for run in runs.values():
-                for _ in range(50):  # warm-up
-                    await run()
-            per_block = max(cells // blocks, 1)
-            for _ in range(blocks):
-                for name, run in runs.items():
-                    for _ in range(per_block):
-                        began = time.perf_counter()
-                        await run()
-                        samples[name].append(time.perf_counter() - began)
-            for name, taken in samples.items():
-                print(f"'x = 1' {name:<40} {summary(taken)}")
-            mine = statistics.median(samples["recursa.kernel.wire (Kernel.execute)"])
-            for name in list(runs)[1:]:
-                gap = (statistics.median(samples[name]) - mine) * 1e3
-                print(f"  {name} is {gap:+.3f} ms a cell against recursa.kernel.wire")
-        finally:
-            kc.stop_channels()
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=500, help="timed cells per kind (>= 200)")
@@ -150,7 +85,6 @@ async def main() -> None:
         await start_times(env, runtime, args.starts)
         await acquire_times(env, runtime, args.starts)
         await round_trips(env, runtime, max(args.cells, 200))
-        await versus(env, runtime, max(args.cells, 200))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from recursa.kernel.notes import (
     stuck,
 )
 from recursa.kernel.types import CellOutput, ExecStatus
-from recursa.kernel.wire import JSONDict, execute_content, find_reply
+from recursa.kernel.wire import JSONDict
 
 IDLE_AFTER_REPLY = 5.0
 """After the reply, how long to wait for ``status: idle`` (the end of output)
@@ -77,9 +77,6 @@ async def run_cell(
     assert channels is not None
     loop = asyncio.get_running_loop()
     collector = run.collector
-    # Output of earlier requests (late iopub, stale replies) is not this cell's.
-    while channels.recv_iopub() is not None or channels.recv_shell() is not None:
-        pass
     started = loop.time()
     deadline = started + limit
     reply: JSONDict | None = None
@@ -98,21 +95,24 @@ async def run_cell(
             restarted=run.replaced is not None,
         )
 
+    # Output of earlier requests (late iopub, stale replies) is not this
+    # cell's: the channels keep only what answers this request.
     with channels.request():
-        msg_id = channels.send("execute_request", execute_content(code, silent=False))
+        msg_id = channels.execute(code, silent=False)
+        sent = (msg_id,)
         try:
             while True:
-                while (frames := channels.recv_iopub()) is not None:
-                    msg = channels.parse(frames, want=msg_id)
-                    if msg is None or msg.parent_id != msg_id:
+                while (msg := channels.next_iopub()) is not None:
+                    if msg.parent_id != msg_id:
                         continue
                     if msg.msg_type == "status":
                         idle = idle or msg.content.get("execution_state") == "idle"
                     else:
                         collector.add(msg)
                 if reply is None:
-                    reply = find_reply(channels, msg_id)
-                    if reply is not None:
+                    answer = channels.reply(sent, "execute_reply")
+                    if answer is not None:
+                        reply = answer.content
                         deadline = max(deadline, loop.time() + IDLE_AFTER_REPLY)
                 now = loop.time()
                 if reply is not None and (idle or now >= deadline):

@@ -1,7 +1,7 @@
 """The kernel process: launched or adopted, watched, connected and stopped.
 
 :class:`KernelProcess` is the layer under :class:`recursa.kernel.Kernel`. It
-holds one process at a time (a restart is a stop and a launch), and the lean
+holds one process at a time (a restart is a stop and a launch), and the
 channels to it. It knows nothing of cells, limits or notes.
 
 A process is launched by ``jupyter_client``'s :class:`AsyncKernelManager`
@@ -33,7 +33,7 @@ from recursa.errors import KernelError
 from recursa.kernel.launch import BOOTSTRAP, ipc_prefix, make_manager
 from recursa.kernel.orphans import connection_name
 from recursa.kernel.watch import DEATH_POLL_INTERVAL, ProcessWatch
-from recursa.kernel.wire import Channels, JSONDict, execute_content, find_reply, utf8
+from recursa.kernel.wire import Channels, JSONDict, execute_content, utf8
 
 if TYPE_CHECKING:
     from jupyter_client.connect import KernelConnectionInfo
@@ -167,7 +167,8 @@ class KernelProcess:
         channels = self.channels
         assert channels is not None
         loop = asyncio.get_running_loop()
-        got_reply = got_iopub = False
+        got_iopub = False
+        sent: list[str] = []
         next_probe = loop.time()
         with channels.request():
             while True:
@@ -176,16 +177,11 @@ class KernelProcess:
                     # Repeated: a request sent before the kernel bound its
                     # socket waits in a queue, but not one sent to a process
                     # that then failed.
-                    channels.send("kernel_info_request", {})
+                    sent.append(channels.send("kernel_info_request", {}))
                     next_probe = now + _PROBE_INTERVAL
-                while (frames := channels.recv_shell()) is not None:
-                    msg = channels.parse(frames)
-                    got_reply = got_reply or (
-                        msg is not None and msg.msg_type == "kernel_info_reply"
-                    )
-                while (frames := channels.recv_iopub()) is not None:
-                    got_iopub = got_iopub or channels.parse(frames) is not None
-                if got_reply and got_iopub:
+                while channels.next_iopub() is not None:
+                    got_iopub = True
+                if got_iopub and channels.reply(sent, "kernel_info_reply") is not None:
                     return
                 if not self.is_alive():
                     how = self.exit_description()
@@ -255,28 +251,22 @@ class KernelProcess:
     async def _probe(self, deadline: float, *, control: bool) -> bool:
         channels = self.channels
         assert channels is not None
-        recv = channels.recv_control if control else channels.recv_shell
         loop = asyncio.get_running_loop()
-        sent: set[str] = set()
+        sent: list[str] = []
         next_probe = loop.time()
-        channels.asking_control = control
-        try:
+        with channels.request(iopub=False):
             while True:
                 now = loop.time()
                 if now >= next_probe:
                     # Again and again: a kernel interrupted while it handled
                     # one (ipykernel takes SIGINT in any handler) never answers it.
-                    sent.add(channels.send("kernel_info_request", {}, control=control))
+                    sent.append(channels.send("kernel_info_request", {}, control=control))
                     next_probe = now + _PROBE_INTERVAL
-                while (frames := recv()) is not None:
-                    msg = channels.parse(frames)
-                    if msg is not None and msg.parent_id in sent:
-                        return True
+                if channels.reply(sent) is not None:
+                    return True
                 if not self.is_alive() or now >= deadline:
                     return False
                 await channels.wait(min(next_probe, deadline, self.next_check(now)))
-        finally:
-            channels.asking_control = False
 
     # -- harness commands ---------------------------------------------------------------
 
@@ -299,16 +289,14 @@ class KernelProcess:
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + SILENT_TIMEOUT
-        with channels.request():
-            content = execute_content(code, silent=True)
-            if payload is not None:
-                content[_PAYLOAD_KEY] = utf8(payload)
-            msg_id = channels.send("execute_request", content)
+        # A silent request prints nothing we keep: iopub is not read.
+        with channels.request(iopub=False):
+            extra = {_PAYLOAD_KEY: utf8(payload)} if payload is not None else None
+            sent = (channels.execute(code, silent=True, extra=extra),)
             while True:
-                while channels.recv_iopub() is not None:
-                    pass  # a silent request prints nothing we keep
-                reply = find_reply(channels, msg_id)
-                if reply is not None:
+                answer = channels.reply(sent, "execute_reply")
+                if answer is not None:
+                    reply = answer.content
                     if reply.get("status") != "ok":
                         error = f"{reply.get('ename', 'error')}: {reply.get('evalue', '')}"
                         raise KernelError(f"the kernel failed a harness command: {error}")
@@ -441,5 +429,4 @@ __all__ = [
     "SILENT_TIMEOUT",
     "KernelProcess",
     "execute_content",
-    "find_reply",
 ]

@@ -3,8 +3,9 @@
 :class:`Kernel` is what a session holds: it runs cells and keeps them within
 their limits. The process itself (launch, exit watch, channels, stop) is a
 :class:`~recursa.kernel.lifecycle.KernelProcess`; the messages travel on the
-lean channels of :mod:`recursa.kernel.wire`. Model code runs only in that
-process; what comes back is a :class:`CellOutput`, a pure value.
+channels of :mod:`recursa.kernel.wire` (jupyter_client's ``AsyncKernelClient``).
+Model code runs only in that process; what comes back is a :class:`CellOutput`,
+a pure value.
 
 The guarantees a session relies on:
 

@@ -1,31 +1,30 @@
-"""The Jupyter wire protocol on two sockets, read from the event loop without helpers.
+"""A kernel's channels: jupyter_client's :class:`AsyncKernelClient`, read by
+three small tasks, with one wait for whatever happens next.
 
-A :class:`Channels` holds the shell (DEALER) and iopub (SUB) sockets of one
-kernel process. Messages are built, signed, serialized and checked by
-jupyter_client's :class:`~jupyter_client.session.Session`; what is ours is the
-socket handling: a cell's round trip is a send, a few non-blocking
-receives and one or two loop wakeups, and one wait serves the sockets, a
-stop requested by another task and the process's exit.
-``benchmarks/kernel_roundtrip.py`` times it against jupyter_client's
-``AsyncKernelClient`` on the same kernel. ``Session``, which also parses the date in every header, makes a
-trivial cell's one request and four or five replies cost 0.1 to 0.2 ms more
-than a hand-written codec did; that buys not keeping a copy of the protocol.
+The client owns the protocol: the shell, iopub and control sockets, the
+:class:`~jupyter_client.session.Session` that signs, serializes and checks
+every message, and the requests it sends. What is ours is what a harness
+needs around it and a notebook does not:
 
-Wakeups: each socket's ``ZMQ_FD`` is registered with the loop once. That
-descriptor is edge-like: it signals that the socket's state *may* have
-changed, and reading ``ZMQ_EVENTS`` (or receiving) re-arms it. So the reader
-callback reads ``ZMQ_EVENTS`` itself (a level-triggered selector would
-otherwise spin on it), and :meth:`Channels.wait` is only called after both
-sockets were drained. A wakeup with no waiter is remembered, so none is lost
-between a drain and the next wait. Between requests the callback discards
-iopub messages instead, so nothing piles up while nobody reads.
+- One wait (:meth:`Channels.wait`) serves the three channels, a stop
+  requested by another task (:meth:`Channels.wake`) and the process's exit
+  (whose watch calls :meth:`Channels.wake` too). A task per channel
+  receives continuously and wakes the waiter; a wakeup with no waiter is
+  remembered, so none is lost between a look and the next wait.
+- Only what a request in flight asked for is kept: iopub messages while a
+  request is open (:meth:`Channels.request`), replies whose parent is one of
+  its requests. Everything else (a background thread's output between
+  cells, late replies to probes sent again) is discarded as it arrives, so
+  nothing piles up while nobody reads.
+- Flow control: the iopub socket's receive queue holds at most
+  :data:`IOPUB_QUEUE_MESSAGES` messages, and the reader keeps at most
+  :data:`IOPUB_BACKLOG` parsed ones for the request; when both are full it
+  stops receiving. The kernel's iopub socket waits for room rather than drop
+  a message, and its stream messages are bounded in size, so a flooding
+  kernel slows down instead of filling this process's memory, and no message
+  (``status: idle`` least of all) is lost.
 
-Flow control: the iopub receive queue holds at most
-:data:`IOPUB_QUEUE_MESSAGES` messages. The kernel's bootstrap makes its iopub
-socket wait for room rather than drop a message, and bounds the size of the
-stream messages a flood produces, so when the event loop is busy a flooding
-kernel slows down instead of filling this process's memory, and no message
-(``status: idle`` least of all) is lost.
+``benchmarks/kernel_roundtrip.py`` times a cell's round trip through it.
 """
 
 from __future__ import annotations
@@ -34,28 +33,38 @@ import asyncio
 import contextlib
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 import zmq.asyncio
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.session import Session
 from traitlets import TraitError
 
 from recursa.errors import KernelError
 
+if TYPE_CHECKING:
+    from jupyter_client.connect import KernelConnectionInfo
+
 JSONDict = dict[str, Any]
 
 IOPUB_QUEUE_MESSAGES = 64
-"""How many iopub messages may wait to be read, on each side of the socket.
+"""How many iopub messages may wait in a socket's queue, on each side of it.
 A flood's stream messages hold about 256K characters each (the kernel's
 ``OUTPUT_CHUNK_CHARS``): some 16 MB of plain text waiting per side, per kernel."""
+
+IOPUB_BACKLOG = 8
+"""How many received iopub messages of a request wait for its reader before the
+channel stops receiving (a few megabytes of a flood's text, decoded)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One incoming message, reduced to what the client acts on."""
+    """One incoming message, reduced to what the harness acts on."""
 
     msg_type: str
     parent_id: str | None
@@ -85,33 +94,25 @@ def make_session(connection: Mapping[str, Any]) -> Session:
 
 
 # What Session.feed_identities and Session.deserialize raise for a malformed,
-# unsigned or badly signed message.
-_BAD_MESSAGE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+# unsigned or badly signed message (RecursionError: JSON nested too deeply).
+_BAD_MESSAGE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
 
 
-def parse_message(
-    session: Session, frames: list[bytes], *, want: str | None = None
-) -> Message | None:
-    """Verify and parse one received message; ``None`` if it is malformed or badly signed.
-
-    When ``want`` is given, a message whose parent is another request is
-    returned without its content (``{}``): its content is never decoded,
-    which keeps stale or foreign output cheap to skip.
-    """
+def parse_message(session: Session, frames: list[bytes]) -> Message | None:
+    """Verify and parse one received message, as a channel's own receive does;
+    ``None`` if it is malformed or badly signed (a kernel's messages are
+    written by code a model wrote)."""
     try:
         _, parts = session.feed_identities(frames)
-        msg = session.deserialize(parts, content=False)
+        msg = session.deserialize(parts)
         parent = msg["parent_header"].get("msg_id")
-        parent_id = parent if isinstance(parent, str) else None
         msg_type = str(msg["msg_type"])
-        if want is not None and parent_id != want:
-            return Message(msg_type, parent_id, {})
-        content = session.unpack(msg["content"])
+        content = msg["content"]
     except _BAD_MESSAGE:
         return None
     if not isinstance(content, dict):
         return None
-    return Message(msg_type, parent_id, content)
+    return Message(msg_type, parent if isinstance(parent, str) else None, content)
 
 
 _context: zmq.asyncio.Context | None = None
@@ -120,8 +121,7 @@ _context: zmq.asyncio.Context | None = None
 def shared_context() -> zmq.asyncio.Context:
     """The one ZeroMQ context (one I/O thread) for every kernel of this process.
 
-    jupyter_client would make one per kernel manager; the channels here take
-    plain (non-asyncio) sockets from it.
+    jupyter_client would make one per kernel manager and one per client.
     """
     global _context
     if _context is None or _context.closed:
@@ -129,83 +129,169 @@ def shared_context() -> zmq.asyncio.Context:
     return _context
 
 
+class _Client(AsyncKernelClient):
+    """An :class:`AsyncKernelClient` whose iopub socket has a bounded receive
+    queue (set before it connects: a limit set later does not apply)."""
+
+    def connect_iopub(self, identity: bytes | None = None) -> zmq.Socket[Any]:
+        sock = cast("zmq.Socket[Any]", self.context.socket(zmq.SUB))
+        sock.linger = 0
+        sock.rcvhwm = IOPUB_QUEUE_MESSAGES
+        sock.connect(self._make_url("iopub"))
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        return sock
+
+
 class Channels:
-    """The shell, iopub and control sockets of one kernel process, driven from one
-    event loop. Control carries what must reach a kernel whose shell is busy
-    with a cell: the liveness probe of a reattach, and the shutdown request.
+    """The shell, iopub and control channels of one kernel process, driven from
+    one event loop. Control carries what must reach a kernel whose shell is
+    busy with a cell: the liveness probe of a reattach, and the shutdown request.
 
     Invariants: not thread-safe, every method runs on the loop that created
-    it; iopub messages that arrive while :attr:`busy` is false belong to no
-    request and are discarded, and so are control messages while
-    :attr:`asking_control` is false (late answers to probes sent again).
+    it; outside :meth:`request` nothing received is kept.
     """
 
     def __init__(self, connection: Mapping[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.session = make_session(connection)
         """Signs, serializes and checks this kernel's messages."""
         self._loop = loop
-        self.busy = False
-        """True while a request is in flight (set by its owner)."""
-        self.asking_control = False
-        """True while a request on control awaits its reply (set by its owner)."""
+        self._open = False
+        self._keep_iopub = False
+        self._sent: set[str] = set()
+        self._iopub: deque[Message] = deque()
+        self._replies: dict[str, Message] = {}
+        self._room: asyncio.Future[None] | None = None
         self._pending = False
         self._waiter: asyncio.Future[None] | None = None
-        ctx = shared_context()
-        self.shell: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.DEALER)
-        self.iopub: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.SUB)
-        self.control: zmq.Socket[bytes] = zmq.Socket(ctx, zmq.DEALER)
-        self._sockets = (self.shell, self.iopub, self.control)
-        self._fds: list[int] = []
+        self._readers: list[asyncio.Task[None]] = []
+        self._channels: tuple[AsyncZMQSocketChannel, ...] = ()
+        self.client = _Client(context=shared_context(), session=self.session)
+        """The jupyter_client client whose channels these are."""
         try:
-            # No limit on shell, whose few replies must all arrive. On iopub
-            # the limit is safe only because the kernel does not drop a
-            # message when it is reached (see the module docstring).
-            self.shell.rcvhwm = 0
-            self.control.rcvhwm = 0
-            self.iopub.rcvhwm = IOPUB_QUEUE_MESSAGES
-            for sock, port in (
-                (self.shell, "shell_port"),
-                (self.iopub, "iopub_port"),
-                (self.control, "control_port"),
-            ):
-                sock.linger = 0
-                sock.connect(_address(connection, port))
-            self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
-            for sock in self._sockets:
-                fd = sock.fileno()
-                loop.add_reader(fd, self._on_readable, sock)
-                self._fds.append(fd)
+            self.client.load_connection_info(cast("KernelConnectionInfo", dict(connection)))
+            self.client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
+            self._channels = (
+                self.client.shell_channel,
+                self.client.iopub_channel,
+                self.client.control_channel,
+            )
+            for channel in self._channels:
+                channel.socket.linger = 0
+            self._readers = [
+                loop.create_task(self._read_iopub(), name="recursa-kernel-iopub"),
+                loop.create_task(
+                    self._read_replies(self._channels[0]), name="recursa-kernel-shell"
+                ),
+                loop.create_task(
+                    self._read_replies(self._channels[2]), name="recursa-kernel-control"
+                ),
+            ]
         except BaseException:
             self.close()
             raise
 
-    def _on_readable(self, sock: zmq.Socket[bytes]) -> None:
-        # Reading ZMQ_EVENTS processes the socket's pending commands, which
-        # clears the descriptor; without it the selector would fire forever.
-        try:
-            ready = bool(int(sock.get(_EVENTS)) & _POLLIN)
-            if ready and (
-                (sock is self.iopub and not self.busy)
-                or (sock is self.control and not self.asking_control)
-            ):
-                # Between requests nobody reads iopub, and the receive queue
-                # has no limit: output of a background thread would pile up.
-                while _recv(sock) is not None:
-                    pass
+    # -- receiving (one task per channel) -------------------------------------------------
+
+    async def _read_iopub(self) -> None:
+        sock = self.client.iopub_channel.socket
+        while True:
+            while self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                self._room = self._loop.create_future()
+                await self._room
+            try:
+                frames = await sock.recv_multipart()
+            except zmq.ZMQError:
+                return  # closed
+            if not self._keep_iopub:
+                continue  # nobody's: a background thread's output between requests
+            msg = parse_message(self.session, frames)
+            if msg is not None:
+                self._iopub.append(msg)
+                self.wake()
+
+    async def _read_replies(self, channel: AsyncZMQSocketChannel) -> None:
+        sock = channel.socket
+        while True:
+            try:
+                frames = await sock.recv_multipart()
+            except zmq.ZMQError:
                 return
-        except zmq.ZMQError:
-            return
-        if ready:
-            self.wake()
+            if not self._open:
+                continue  # an answer to a request given up on
+            msg = parse_message(self.session, frames)
+            if msg is not None and msg.parent_id in self._sent:
+                self._replies[msg.parent_id] = msg
+                self.wake()
+
+    # -- requests ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def request(self) -> Iterator[None]:
-        """Mark a request in flight, so that its iopub messages are kept."""
-        self.busy = True
+    def request(self, *, iopub: bool = True) -> Iterator[None]:
+        """Keep, until the block ends, the replies to what is sent in it and (when
+        ``iopub``) the iopub messages that arrive meanwhile."""
+        self._open = True
+        self._keep_iopub = iopub
         try:
             yield
         finally:
-            self.busy = False
+            self._open = self._keep_iopub = False
+            self._sent.clear()
+            self._replies.clear()
+            self._iopub.clear()
+            self._make_room()
+
+    def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
+        """Send an ``execute_request`` (:func:`execute_content`, plus ``extra``
+        fields) on shell; return its ``msg_id``."""
+        content = execute_content(code, silent=silent)
+        if extra:
+            content.update(extra)
+        return self.send("execute_request", content)
+
+    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+        """Send a request on the shell (or control) channel; return its ``msg_id``.
+        Inside :meth:`request`, its reply is kept for :meth:`reply`."""
+        msg = self.session.msg(msg_type, content)
+        channel = self.client.control_channel if control else self.client.shell_channel
+        if channel.socket is None:
+            raise KernelError("the kernel's channels are closed")
+        # What channel.send does, minus ignoring a refusal: Session does not
+        # send from a forked child.
+        if self.session.send(channel.socket, msg) is None:
+            raise KernelError("a kernel's channels cannot be used from a forked process")
+        # Session sends through a plain shadow of the socket, and a send may
+        # consume the wakeup of a reply that arrived meanwhile (the socket's
+        # descriptor is edge-like): asking the asyncio socket for its events
+        # makes it look again, so the reader waiting on it is not left asleep.
+        channel.socket.get(zmq.EVENTS)
+        msg_id = str(msg["header"]["msg_id"])
+        if self._open:
+            self._sent.add(msg_id)
+        return msg_id
+
+    def next_iopub(self) -> Message | None:
+        """The oldest iopub message kept and not yet taken, if any."""
+        if not self._iopub:
+            return None
+        msg = self._iopub.popleft()
+        if len(self._iopub) < IOPUB_BACKLOG:
+            self._make_room()
+        return msg
+
+    def reply(self, msg_ids: Collection[str], msg_type: str | None = None) -> Message | None:
+        """A reply come to one of ``msg_ids`` (of ``msg_type`` when given), if any."""
+        for msg_id in msg_ids:
+            msg = self._replies.get(msg_id)
+            if msg is not None and (msg_type is None or msg.msg_type == msg_type):
+                return msg
+        return None
+
+    def _make_room(self) -> None:
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)
+
+    # -- waiting ----------------------------------------------------------------------------
 
     def wake(self) -> None:
         """Make the current (or next) :meth:`wait` return."""
@@ -235,51 +321,17 @@ class Channels:
             if timer is not None:
                 timer.cancel()
 
-    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
-        """Send a request on the shell (or control) socket; return its ``msg_id``."""
-        msg = self.session.send(self.control if control else self.shell, msg_type, content)
-        if msg is None:  # Session refuses to send from a forked child
-            raise KernelError("a kernel's channels cannot be used from a forked process")
-        return str(msg["msg_id"])
-
-    def parse(self, frames: list[bytes], *, want: str | None = None) -> Message | None:
-        """:func:`parse_message` with this kernel's session."""
-        return parse_message(self.session, frames, want=want)
-
-    def recv_shell(self) -> list[bytes] | None:
-        return _recv(self.shell)
-
-    def recv_iopub(self) -> list[bytes] | None:
-        return _recv(self.iopub)
-
-    def recv_control(self) -> list[bytes] | None:
-        return _recv(self.control)
-
     def close(self) -> None:
-        """Unregister and close both sockets. Idempotent."""
-        for fd in self._fds:
-            self._loop.remove_reader(fd)
-        self._fds.clear()
-        for sock in self._sockets:
-            if not sock.closed:
-                sock.close(linger=0)
+        """Stop the readers and close the sockets. Idempotent."""
+        for task in self._readers:
+            task.cancel()
+        self._readers.clear()
+        for channel in self._channels:
+            channel.close()
+        self._make_room()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-
-
-def find_reply(
-    channels: Channels, msg_id: str, msg_type: str = "execute_reply", *, control: bool = False
-) -> JSONDict | None:
-    """Drain the shell (or control) socket; the content of the reply to ``msg_id``
-    if it came. Other messages there (stale replies) are dropped."""
-    recv = channels.recv_control if control else channels.recv_shell
-    found: JSONDict | None = None
-    while (frames := recv()) is not None:
-        msg = channels.parse(frames, want=msg_id)
-        if msg is not None and msg.parent_id == msg_id and msg.msg_type == msg_type:
-            found = msg.content
-    return found
 
 
 def execute_content(code: str, *, silent: bool) -> JSONDict:
@@ -326,31 +378,6 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
-_NOBLOCK = int(zmq.NOBLOCK)
-_RCVMORE = int(zmq.RCVMORE)
-
-
-def _recv(sock: zmq.Socket[bytes]) -> list[bytes] | None:
-    # Asking first is cheaper than the exception a receive on an empty
-    # socket raises, and an empty socket is the common case in a drain.
-    if not int(sock.get(_EVENTS)) & _POLLIN:
-        return None
-    frames = [sock.recv(_NOBLOCK)]
-    while sock.get(_RCVMORE):
-        frames.append(sock.recv(_NOBLOCK))
-    return frames
-
-
-def _address(connection: Mapping[str, Any], port_name: str) -> str:
-    transport = connection["transport"]
-    port = connection[port_name]
-    if transport == "ipc":
-        return f"ipc://{connection['ip']}-{port}"
-    return f"{transport}://{connection['ip']}:{port}"
-
-
 def pidfd_open(pid: int) -> int | None:
     """A descriptor that becomes readable when process ``pid`` exits, where the
     platform has one (Linux 5.3+); ``None`` means: poll instead."""
@@ -365,12 +392,12 @@ def pidfd_open(pid: int) -> int | None:
 
 
 __all__ = [
+    "IOPUB_BACKLOG",
     "IOPUB_QUEUE_MESSAGES",
     "Channels",
     "JSONDict",
     "Message",
     "execute_content",
-    "find_reply",
     "make_session",
     "parse_message",
     "pidfd_open",
