@@ -162,11 +162,15 @@ def test_schedule_add_list_cancel_and_bad_specs(env: dict[str, str], tmp_path: P
         ("0 9 * * 1-5", "follow_up"),
     ]
     table = ok(["schedule", "list", session], env, tmp_path).splitlines()
-    assert table[0].split() == [
-        "JOB", "SESSION", "LABEL", "SCHEDULE", "MODE", "STATUS", "NEXT", "FIRED", "PROMPT",
-    ]  # fmt: skip
-    assert table[1].split()[:4] == [str(job["id"]), session, "nightly", "every"]
-    assert table[1].endswith("check the build") and len(table) == 4
+    assert table[0].split() == ["JOB", "SESSION", "LABEL", "SCHEDULE", "NEXT", "FIRED", "PROMPT"]
+    assert table[1].split()[:5] == [str(job["id"]), session, "nightly", "every", "10m"]
+    assert "in 2h (steer)" in table[2]  # the mode shows when it is not the default
+    assert all(len(line) <= 80 for line in table) and len(table) == 4  # no terminal: 80 columns
+    assert "check the" in table[1]  # the prompt, shortened to fit if need be
+    wide = ok(["schedule", "list", session], {**env, "COLUMNS": "120"}, tmp_path).splitlines()
+    assert wide[1].endswith("  check the build")
+    everything = ok(["schedule", "list", "--all"], env, tmp_path).splitlines()
+    assert everything[0].split()[4] == "STATUS" and everything[1].split()[5] == "active"
 
     # Bad specs and options: one line, exit 2, before the daemon is asked.
     assert fails(["schedule", "add", session, "every 5s", "--", "x"], env, tmp_path, 2) == (

@@ -148,7 +148,14 @@ def test_a_global_skill_is_reviewed_approved_used_diffed_and_reverted(
     created = log[-1] if log[-1]["id"] == skill_id else log[-2]
     assert created["source_events"] and created["session_id"] == learner
     lines = ok(["harness", "log"], env, tmp_path).splitlines()
-    assert any("rollback" in line and "reverted to version 1" in line for line in lines)
+    assert lines[0].split() == [
+        "WHEN", "ENTRY", "TITLE", "ACTION", "ACTOR", "STATUS", "REASON", "EVIDENCE",
+    ]  # fmt: skip
+    assert len(lines) == 5 and all(len(line) <= 80 for line in lines)  # one line per version
+    assert f"{skill_id} v3" in lines[1] and "rollback" in lines[1]
+    # In a wider terminal the reason and the evidence show whole.
+    wide = ok(["harness", "log"], {**env, "COLUMNS": "200"}, tmp_path).splitlines()
+    assert "reverted to version 1" in wide[1] and f"session {learner}" in wide[-1]
 
     assert "no harness entry 'nope'" in fails(["harness", "show", "nope"], env, tmp_path, 6)
     assert "--prompt" in fails(["harness", "show"], env, tmp_path, 2)

@@ -2,6 +2,10 @@
 
 Every :class:`~recursa.errors.RecursaError` becomes one line on stderr and its
 exit code; a traceback is only ever shown for a bug, with a note saying so.
+
+Startup: ``recursa --help`` imports the command modules (Typer needs their
+signatures) but not the daemon's client; each module imports what its
+commands need at the top, and rich (tables) on first use.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import traceback
 
 import typer
 
-from recursa.config import debug_enabled
 from recursa.errors import RecursaError
 
 app = typer.Typer(
@@ -22,6 +25,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _before_any_command() -> None:
+    # Runs before every command (not for --help): from here on this process may
+    # hold provider keys, so other processes of the user (the model's kernels)
+    # must not read its memory.
+    from recursa.daemon.client import harden_process
+
+    harden_process()
 
 
 def _register() -> None:
@@ -38,9 +51,6 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit. Typer handles usage errors (exit 2) and ``typer.Exit``;
     a :class:`RecursaError` becomes one line on stderr and its exit code; any other
     exception is a bug: one line (the traceback with ``RECURSA_DEBUG=1``), exit 1."""
-    from recursa.daemon.client import harden_process
-
-    harden_process()
     for stream in (sys.stdout, sys.stderr):
         # Text from models and cells may carry lone surrogates (undecodable bytes);
         # print them as escapes rather than fail.
@@ -55,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
+        from recursa.config import debug_enabled
+
         if debug_enabled():
             traceback.print_exc()
         first = str(exc).splitlines()[0] if str(exc) else ""

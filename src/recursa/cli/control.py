@@ -26,6 +26,7 @@ from recursa.cli import app
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
+from recursa.cli.tables import Col, print_table
 from recursa.protocol import person_ops as ops
 from recursa.protocol.control import GoalAction, GoalInfo, ScheduleInfo
 from recursa.protocol.wire import to_json
@@ -51,11 +52,6 @@ def _when(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
-
-
-def _short(text: str, width: int) -> str:
-    line = printable(text).replace("\n", " ")
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 # -- goals ------------------------------------------------------------------------------------
@@ -174,26 +170,40 @@ def list_jobs(
     if not jobs:
         print("no scheduled jobs", file=sys.stderr)
         return
-    header = ("JOB", "SESSION", "LABEL", "SCHEDULE", "MODE", "STATUS", "NEXT", "FIRED", "PROMPT")
-    rows = [header, *(_row(job) for job in jobs)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]).rstrip())
+    columns = JOB_COLUMNS if everything else tuple(c for c in JOB_COLUMNS if c.header != "STATUS")
+    print_table(columns, (_row(job, with_status=everything) for job in jobs))
 
 
-def _row(job: ScheduleInfo) -> tuple[str, ...]:
+JOB_COLUMNS = (
+    Col("JOB", right=True),
+    Col("SESSION"),
+    Col("LABEL", flex=True),
+    Col("SCHEDULE", flex=True),
+    Col("STATUS"),
+    Col("NEXT"),
+    Col("FIRED"),
+    Col("PROMPT", flex=True),
+)
+"""The columns of ``schedule list``; STATUS only with ``--all`` (else every job is active)."""
+
+
+def _row(job: ScheduleInfo, *, with_status: bool) -> tuple[str, ...]:
     fired = f"{job.fired}" + (f" (+{job.missed} missed)" if job.missed else "")
+    # A prompt that joins the running turn says so; follow_up is the default.
+    spec = job.spec if job.mode == "follow_up" else f"{job.spec} ({job.mode})"
+    status = (job.status,) if with_status else ()
+    next_at = (
+        "-" if job.next_at is None else time.strftime("%m-%d %H:%M", time.localtime(job.next_at))
+    )
     return (
         str(job.id),
         job.session_id,
-        _short(job.label or "-", 20),
-        job.spec,
-        job.mode,
-        job.status,
-        _when(job.next_at),
+        job.label or "-",
+        spec,
+        *status,
+        next_at,
         fired,
-        _short(job.prompt, 50),
+        job.prompt,
     )
 
 

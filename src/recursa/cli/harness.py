@@ -20,6 +20,7 @@ from recursa.cli import app
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
+from recursa.cli.tables import Col, print_table
 from recursa.errors import UsageError
 from recursa.protocol import person_ops as ops
 from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
@@ -42,11 +43,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
-
-
-def _title(text: str, width: int = 40) -> str:
-    line = printable(text).replace("\n", " ")
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -73,13 +69,20 @@ def list_entries(
     if not entries:
         print("no harness entries", file=sys.stderr)
         return
-    rows = [(e.id, e.kind, _title(e.title), e.scope, e.status, f"v{e.version}") for e in entries]
-    header = ("ID", "KIND", "TITLE", "SCOPE", "STATUS", "VERSION")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    print_table(
+        ENTRY_COLUMNS,
+        ((e.id, e.kind, e.title, e.scope, e.status, f"v{e.version}") for e in entries),
+    )
+
+
+ENTRY_COLUMNS = (
+    Col("ID"),
+    Col("KIND"),
+    Col("TITLE", flex=True),
+    Col("SCOPE"),
+    Col("STATUS"),
+    Col("VERSION"),
+)
 
 
 @harness_app.command("show")
@@ -156,8 +159,7 @@ def _print_detail(detail: HarnessDetail) -> None:
     print(
         f"history ({len(detail.history)} versions{f', {hidden} older not shown' if hidden else ''}):"
     )
-    for version in shown:
-        print("  " + _log_line(version, with_entry=False))
+    print_table(HISTORY_COLUMNS, (_log_cells(v, with_entry=False) for v in shown))
 
 
 @harness_app.command("log")
@@ -173,15 +175,33 @@ def log(
     if not versions:
         print("no harness changes yet", file=sys.stderr)
         return
-    for version in versions:
-        print(_log_line(version, with_entry=True))
+    print_table(LOG_COLUMNS, (_log_cells(v, with_entry=True) for v in versions))
 
 
-def _log_line(v: HarnessEntry, *, with_entry: bool) -> str:
-    who = f"{v.id} {v.kind} {_title(v.title, 30)} " if with_entry else ""
-    parts = [f"{_when(v.created_at)}  {who}v{v.version}  {v.action:<8} {v.actor:<8} {v.status}"]
-    if v.reason:
-        parts.append(f"— {_title(v.reason, 80)}")
+HISTORY_COLUMNS = (
+    Col("WHEN"),
+    Col("VERSION"),
+    Col("ACTION"),
+    Col("ACTOR"),
+    Col("STATUS"),
+    Col("REASON", flex=True),
+    Col("EVIDENCE", flex=True),
+)
+LOG_COLUMNS = (
+    Col("WHEN"),
+    Col("ENTRY"),
+    Col("TITLE", flex=True),
+    Col("ACTION"),
+    Col("ACTOR"),
+    Col("STATUS"),
+    Col("REASON", flex=True),
+    Col("EVIDENCE", flex=True),
+)
+
+
+def _log_cells(v: HarnessEntry, *, with_entry: bool) -> tuple[str, ...]:
+    """A version as a row of :data:`LOG_COLUMNS` (``with_entry``) or of
+    :data:`HISTORY_COLUMNS` (an entry's own history)."""
     evidence = []
     if v.source_events:
         seqs = ",".join(str(seq) for seq in v.source_events[-5:])
@@ -191,9 +211,10 @@ def _log_line(v: HarnessEntry, *, with_entry: bool) -> str:
         evidence.append(f"refinement {v.refinement_id}")
     if v.session_id:
         evidence.append(f"session {v.session_id}")
-    if evidence:
-        parts.append(f"[{'; '.join(evidence)}]")
-    return "  ".join(parts)
+    when = time.strftime("%m-%d %H:%M", time.localtime(v.created_at))
+    which = (f"{v.id} v{v.version}", v.title) if with_entry else (f"v{v.version}",)
+    rest = (v.action, v.actor, v.status, v.reason or "-", "; ".join(evidence) or "-")
+    return (when, *which, *rest)
 
 
 @harness_app.command("diff")

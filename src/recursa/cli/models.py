@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
+from recursa.cli.tables import Col, print_table
 from recursa.config import load_config
 from recursa.errors import ModelUnavailable
 
@@ -35,10 +36,10 @@ def models(
         for row in listing:
             print(json.dumps(row.as_dict()))
         return
-    width = max(len(f"{r.provider}/{r.model}") for r in listing)
-    for row in listing:
-        mark = "✓" if row.available else "✗"
-        print(f"{mark} {f'{row.provider}/{row.model}':<{width}}  {row.detail}")
+    print_table(
+        (Col(""), Col("MODEL"), Col("DETAIL", flex=True)),
+        (("✓" if r.available else "✗", f"{r.provider}/{r.model}", r.detail) for r in listing),
+    )
     default = daemon.default_model(config)
     print(f"\ndefault model: {default or 'none (pass --model or set RECURSA_MODEL)'}")
 

@@ -66,16 +66,25 @@ LIMIT_REASONS = frozenset({"max_steps", "max_tokens", "max_time"})
 def usage_line(totals: Usage) -> str:
     """One line of usage: calls, tokens, and a cost that never reads as free when unknown."""
     cached = f" ({totals.cached_tokens:,} cached)" if totals.cached_tokens else ""
-    if totals.calls and totals.unknown_cost_calls == totals.calls:
+    cost = cost_text(totals)
+    if cost == "unknown":
         cost = "cost unknown"
-    elif totals.unknown_cost_calls:
-        cost = f"${totals.cost:.4f} + {totals.unknown_cost_calls} unpriced calls"
-    elif totals.cost == 0:
+    elif cost == "none":
         cost = "no cost"
-    else:
-        cost = f"${totals.cost:.4f}"
     calls = f"{totals.calls} model call{'s' * (totals.calls != 1)}"
     return f"{calls} · {totals.input_tokens:,} in{cached} / {totals.output_tokens:,} out tokens · {cost}"
+
+
+def cost_text(totals: Usage) -> str:
+    """The cost alone, for a table's cell: ``unknown`` when no call was priced,
+    the known part and how many calls were not, ``none`` when it is known to be zero."""
+    if totals.calls and totals.unknown_cost_calls == totals.calls:
+        return "unknown"
+    if totals.unknown_cost_calls:
+        return f"${totals.cost:.4f} + {totals.unknown_cost_calls} unpriced calls"
+    if totals.cost == 0:
+        return "none"
+    return f"${totals.cost:.4f}"
 
 
 def usage_dict(totals: Usage) -> dict[str, object]:
@@ -259,6 +268,7 @@ __all__ = [
     "LIMIT_REASONS",
     "SHOWN_CELL_CHARS",
     "TranscriptPrinter",
+    "cost_text",
     "json_line",
     "printable",
     "result_line",

@@ -18,10 +18,11 @@ import typer
 from recursa.cli import app
 from recursa.cli.common import typed_text
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
-from recursa.cli.render import TranscriptPrinter, printable, usage_dict, usage_line
+from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
+from recursa.cli.tables import Col, Row, print_table
 from recursa.config import color_enabled, load_config
 from recursa.protocol.events import TurnStarted
-from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, UsageNode, to_json
+from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode, to_json
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
@@ -45,14 +46,38 @@ def agents(
     if not infos:
         print("no sessions yet: recursa run TASK", file=sys.stderr)
         return
-    for depth, info in _tree(infos):
-        name = f" {info.name}" if info.name else ""
-        ago = _ago(time.time() - info.last_activity)
-        indent = "  " * depth + ("└ " if depth else "")
-        print(
-            f"{indent}{info.id}{name}  {info.status:<8}  {info.model}  "
-            f"{usage_line(info.usage)}  ({ago})"
-        )
+    now = time.time()
+    print_table(
+        AGENT_COLUMNS,
+        (
+            (
+                _branch(depth) + info.id,
+                info.name or "",
+                info.status,
+                info.model,
+                f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
+                cost_text(info.usage),
+                _ago(now - info.last_activity),
+            )
+            for depth, info in _tree(infos)
+        ),
+    )
+
+
+AGENT_COLUMNS = (
+    Col("SESSION"),
+    Col("NAME", flex=True),
+    Col("STATUS"),
+    Col("MODEL", flex=True),
+    Col("TOKENS IN/OUT", right=True),
+    Col("COST"),
+    Col("ACTIVE"),
+)
+
+
+def _branch(depth: int) -> str:
+    """The tree's indent before a session's id: a child sits under its parent."""
+    return "  " * (depth - 1) + "└ " if depth else ""
 
 
 async def _agents() -> list[SessionInfo]:
@@ -227,11 +252,40 @@ def usage(
     if json_out:
         print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
         return
-    for depth, item in _usage_rows(node, 0):
-        name = f" {item.name}" if item.name else ""
-        own = usage_line(item.own)
-        subtree = f"  · subtree: {usage_line(item.total)}" if item.children else ""
-        print(f"{'  ' * depth}{item.id}{name}  {own}{subtree}")
+    print_table(USAGE_COLUMNS, _usage_rows(node, 0))
+
+
+USAGE_COLUMNS = (
+    Col("SESSION"),
+    Col("NAME", flex=True),
+    Col("CALLS", right=True),
+    Col("IN", right=True),
+    Col("CACHED", right=True),
+    Col("OUT", right=True),
+    Col("COST"),
+)
+
+
+def _usage_cells(totals: Usage) -> tuple[str, ...]:
+    return (
+        str(totals.calls),
+        f"{totals.input_tokens:,}",
+        f"{totals.cached_tokens:,}",
+        f"{totals.output_tokens:,}",
+        cost_text(totals),
+    )
+
+
+def _usage_rows(node: UsageNode, depth: int) -> list[Row]:
+    """The node's own usage, its descendants', then (when it has sub-agents) a
+    subtotal row: the node and its whole subtree."""
+    rows = [Row((_branch(depth) + node.id, node.name or "", *_usage_cells(node.own)))]
+    for child in node.children:
+        rows.extend(_usage_rows(child, depth + 1))
+    if node.children:
+        label = "  " * depth + "= with sub-agents"
+        rows.append(Row((label, "", *_usage_cells(node.total)), quiet=True))
+    return rows
 
 
 def _usage_json(node: UsageNode) -> dict[str, object]:
@@ -242,10 +296,3 @@ def _usage_json(node: UsageNode) -> dict[str, object]:
         "total": usage_dict(node.total),
         "children": [_usage_json(child) for child in node.children],
     }
-
-
-def _usage_rows(node: UsageNode, depth: int) -> list[tuple[int, UsageNode]]:
-    rows = [(depth, node)]
-    for child in node.children:
-        rows.extend(_usage_rows(child, depth + 1))
-    return rows
