@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, cast, get_args
 
-from recursa.errors import UsageError
+from recursa.errors import UsageError, one_line
 from recursa.protocol.events import AutonomousOutcome, GateStatus, TurnEndReason
 from recursa.store import JSONValue
 
@@ -405,7 +405,7 @@ def decide(
     if turn.reason in TURN_FAILURES:
         why = f"the last turn ended with {turn.reason}"
         if turn.detail:
-            why += f" ({_one_line(turn.detail)})"
+            why += f" ({one_line(turn.detail, limit=200)})"
         return Stop("error", f"autonomous: stopped, {why}; {still}")
     limit = limit_reached(spec, progress, budget_stopped=turn.reason == "budget")
     if limit is not None:
@@ -464,7 +464,7 @@ def _status_phrase(result: GateResult) -> str:
         case "timeout":
             return f"timed out after {result.duration:.0f} s and was killed"
         case "error":
-            return f"could not be run ({_one_line(result.output) or 'no reason given'})"
+            return f"could not be run ({one_line(result.output, limit=200) or 'no reason given'})"
         case "skipped":
             return "was not run again"
         case _:
@@ -495,11 +495,6 @@ def _amount(name: LimitName, value: float) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _int(value: object) -> int | None:

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx2
 
-from recursa.daemon.errormap import error_from_wire, one_line
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS, error_from_wire
 from recursa.daemon.paths import DaemonPaths, read_state, read_token
-from recursa.errors import DaemonError
+from recursa.errors import DaemonError, one_line
 from recursa.protocol.events import EventRecord, event_from_dict, json_text
 from recursa.protocol.wire import API_PREFIX, HEADER_CLIENT, HEADER_COMMAND
 
@@ -199,7 +199,7 @@ def error_of(response: httpx2.Response) -> Exception:
             return error_from_wire(kind, message)
     except (ValueError, KeyError, TypeError):
         pass
-    text = one_line(response.text)
+    text = one_line(response.text, first_line=True, limit=MAX_MESSAGE_CHARS)
     return DaemonError(f"the daemon answered HTTP {response.status_code}: {text}".rstrip(": "))
 
 
@@ -228,7 +228,9 @@ def parse_line(line: str) -> EventRecord | None:
             seq=seq, session_id=session_id, ts=float(ts), event=event_from_dict(data)
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise DaemonError(f"the daemon sent a malformed event: {one_line(str(exc))}") from None
+        raise DaemonError(
+            f"the daemon sent a malformed event: {one_line(str(exc), first_line=True, limit=MAX_MESSAGE_CHARS)}"
+        ) from None
 
 
 __all__ = [
