@@ -5,8 +5,10 @@ model wrote, so every field has a type and a bound. These aliases are plain
 ``str``, ``int`` and ``float`` to mypy and to the code that reads the values;
 the metadata they carry is read by pydantic when
 :func:`~recursa.protocol.wire.from_json` validates a request (strictly: ``"5"``
-is not 5, ``true`` is not 1). What a value means (an unknown model, a name
-already taken, a harness entry's own limits) is judged further in.
+is not 5, ``true`` is not 1). Text that must say something (a task, a
+recipient) refuses a blank string; blank instructions are none. What a value
+means (an unknown model, a name already taken, a harness entry's own limits)
+is judged further in, by the host.
 """
 
 from __future__ import annotations
