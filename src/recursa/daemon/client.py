@@ -45,6 +45,7 @@ from recursa.daemon.transport import (
     BACKOFF_MAX,
     Dropped,
     NotRunning,
+    Outgoing,
     Transport,
     decode_reply,
     error_of,
@@ -163,7 +164,7 @@ class DaemonClient:
         ran here, or the connection broke: it is going away). Never retries."""
         try:
             self._transport.http()
-            response = await self._transport.send("GET", STATUS.path, None, {})
+            response = await self._transport.send(Outgoing("GET", STATUS.path))
         except (NotRunning, Dropped):
             return None
         except DaemonError:
