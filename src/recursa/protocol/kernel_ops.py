@@ -58,10 +58,9 @@ class ChildRef:
 
 
 @dataclass(frozen=True, slots=True)
-class ChildWait:
+class ChildWait(ChildRef):
     """Wait up to ``timeout`` seconds (None: no limit) for the child's work to end."""
 
-    ref: Name
     timeout: Wait | None = None
 
 

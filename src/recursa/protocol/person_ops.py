@@ -47,30 +47,29 @@ REFINE_TIMEOUT = 600.0
 
 @dataclass(frozen=True, slots=True)
 class SessionRef:
+    """A request about one session; the requests extending it are too."""
+
     session: Name
 
 
 @dataclass(frozen=True, slots=True)
-class SendTo:
+class SendTo(SessionRef):
     """A message for a session, stored durably, then delivered by its mode."""
 
-    session: Name
     text: Text
     mode: SendMode = "auto"
 
 
 @dataclass(frozen=True, slots=True)
-class EventsQuery:
-    session: Name
+class EventsQuery(SessionRef):
     after: Count = 0
     follow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class QuietWait:
+class QuietWait(SessionRef):
     """Wait up to ``timeout`` seconds (None: the longest a long poll may) for quiet."""
 
-    session: Name
     timeout: Wait | None = None
 
 
@@ -80,8 +79,7 @@ class Quiet:
 
 
 @dataclass(frozen=True, slots=True)
-class RefineSession:
-    session: Name
+class RefineSession(SessionRef):
     instructions: Instructions = None
 
 
@@ -101,14 +99,15 @@ class LogQuery:
 
 @dataclass(frozen=True, slots=True)
 class EntryRef:
+    """A request about one harness entry; the requests extending it are too."""
+
     entry: Name
 
 
 @dataclass(frozen=True, slots=True)
-class DiffQuery:
+class DiffQuery(EntryRef):
     """Two versions of an entry (default: the newest and the one before)."""
 
-    entry: Name
     from_version: Version | None = None
     to_version: Version | None = None
 
@@ -119,29 +118,25 @@ class Diff:
 
 
 @dataclass(frozen=True, slots=True)
-class Revert:
+class Revert(EntryRef):
     """``to`` 0 is before the entry existed."""
 
-    entry: Name
     to: Version
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    entry: Name
+class Decision(EntryRef):
     reason: Text = ""
 
 
 @dataclass(frozen=True, slots=True)
-class GoalFor:
-    session: Name
+class GoalFor(SessionRef):
     objective: Text
     budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class GoalChange:
-    session: Name
+class GoalChange(SessionRef):
     action: GoalAction
 
 
@@ -154,8 +149,7 @@ class ScheduleQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleFor:
-    session: Name
+class ScheduleFor(SessionRef):
     spec: Name
     prompt: Text
     mode: Name = "follow_up"
