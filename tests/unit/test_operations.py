@@ -15,11 +15,12 @@ from typing import Any, get_type_hints
 import pytest
 
 from fake_kernel_host import FakeKernelHost
+from recursa.api import client as api_client
 from recursa.daemon.host import missing_methods
 from recursa.daemon.openapi import openapi
-from recursa.protocol import kernel_ops, person_ops
+from recursa.protocol import fields, kernel_ops, person_ops
 from recursa.protocol.operations import Operation, decode, encode, operations, query_value
-from recursa.protocol.wire import CommandKey, SessionInfo, from_json
+from recursa.protocol.wire import CommandKey, RefineRequest, SessionInfo, from_json
 from recursa.runtime.kernel_api import KernelApi
 from recursa.runtime.people_api import PeopleApi
 
@@ -94,18 +95,22 @@ def test_the_fakes_serve_every_row() -> None:
 def test_a_request_refuses_a_wrong_value_in_one_line(
     cls: type[Any], data: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=r"^\w") as caught:
         from_json(cls, data)
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
 
 
+def test_the_kernel_side_checks_waits_by_the_wire_bound() -> None:
+    """The kernel-side API checks a wait before it sends it (without importing
+    the protocol at start-up): by the same bound as the daemon."""
+    assert api_client.MAX_WAIT_SECONDS == fields.MAX_WAIT_SECONDS
+
+
 def test_blank_instructions_are_none() -> None:
     refine = from_json(person_ops.RefineSession, {"session": "s", "instructions": " \n"})
     assert refine.instructions is None
-    assert from_json(kernel_ops.RefineRequest, {"instructions": "be brief"}).instructions == (
-        "be brief"
-    )
+    assert from_json(RefineRequest, {"instructions": "be brief"}).instructions == ("be brief")
 
 
 def test_a_request_becomes_its_url_path_query_and_body() -> None:
