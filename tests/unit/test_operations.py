@@ -15,12 +15,12 @@ from typing import Any, get_type_hints
 import pytest
 
 from fake_kernel_host import FakeKernelHost
+from recursa.api import client as api_client
 from recursa.daemon.host import missing_methods
 from recursa.daemon.openapi import openapi
-from recursa.errors import UsageError
-from recursa.protocol import kernel_ops, person_ops
+from recursa.protocol import fields, kernel_ops, person_ops
 from recursa.protocol.operations import Operation, decode, encode, operations, query_value
-from recursa.protocol.wire import CommandKey, SessionInfo
+from recursa.protocol.wire import CommandKey, RefineRequest, SessionInfo, from_json
 from recursa.runtime.kernel_api import KernelApi
 from recursa.runtime.people_api import PeopleApi
 
@@ -62,19 +62,55 @@ def test_the_fakes_serve_every_row() -> None:
     assert missing_methods(fake, "kernel") == []
 
 
-def test_a_request_refuses_a_wrong_type_in_one_line() -> None:
-    with pytest.raises(UsageError, match=r"^text must be a string$"):
-        person_ops.SendTo("s", 7)  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="mode must be one of 'auto', 'steer', 'follow_up'"):
-        person_ops.SendTo("s", "hi", "loud")  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match=r"^timeout must be a number or null$"):
-        person_ops.QuietWait("s", "soon")  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="from 0 to 86400 seconds"):
-        kernel_ops.InboxWait(-1)
-    with pytest.raises(UsageError, match=r"^finished must be true or false$"):
-        person_ops.ScheduleQuery(None, 1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="kind must be one of"):  # an InvalidRequest is both
-        person_ops.HarnessQuery(kind="poem")
+@pytest.mark.parametrize(
+    ("cls", "data", "message"),
+    [
+        (person_ops.SendTo, {"session": "s", "text": 7}, "text must be a string, not 7"),
+        (
+            person_ops.SendTo,
+            {"session": "s", "text": "hi", "mode": "loud"},
+            "mode must be 'auto', 'steer' or 'follow_up', not 'loud'",
+        ),
+        (
+            person_ops.QuietWait,
+            {"session": "s", "timeout": "soon"},
+            "timeout must be a number, not 'soon'",
+        ),
+        (kernel_ops.InboxWait, {"wait": -1}, "wait must be from 0 to 86400 seconds, not -1"),
+        (
+            person_ops.ScheduleQuery,
+            {"finished": 1},
+            "finished must be true or false, not 1",
+        ),
+        (
+            person_ops.HarnessQuery,
+            {"kind": "poem"},
+            "kind must be one of prompt_note, memory, skill, subagent_spec, not 'poem'",
+        ),
+        (person_ops.EventsQuery, {"session": "s", "after": -1}, "after must be from 0"),
+        (person_ops.Revert, {"entry": "e", "to": -1}, "to must be from 0"),
+        (kernel_ops.JobLabel, {"job": "  "}, "job must be a non-empty string, not '  '"),
+    ],
+)
+def test_a_request_refuses_a_wrong_value_in_one_line(
+    cls: type[Any], data: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=r"^\w") as caught:
+        from_json(cls, data)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_kernel_side_checks_waits_by_the_wire_bound() -> None:
+    """The kernel-side API checks a wait before it sends it (without importing
+    the protocol at start-up): by the same bound as the daemon."""
+    assert api_client.MAX_WAIT_SECONDS == fields.MAX_WAIT_SECONDS
+
+
+def test_blank_instructions_are_none() -> None:
+    refine = from_json(person_ops.RefineSession, {"session": "s", "instructions": " \n"})
+    assert refine.instructions is None
+    assert from_json(RefineRequest, {"instructions": "be brief"}).instructions == ("be brief")
 
 
 def test_a_request_becomes_its_url_path_query_and_body() -> None:

@@ -76,6 +76,13 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
         (Spawn, {"task": "t", "budget": {"cost": -0.5}}, "budget.cost must be more than 0"),
         (Spawn, {"task": "t", "budget": {"time": 0}}, "budget.time must be more than 0s"),
         (AgentMessage, {"text": "hi", "to": 3}, "to must be a string, not 3"),
+        (Spawn, {"task": " \n"}, "task must be a non-empty string"),
+        (Spawn, {"task": "t", "name": ""}, "name must be a non-empty string"),
+        (AgentMessage, {"text": "", "to": "parent"}, "text must be a non-empty string"),
+        (AgentMessage, {"text": "hi", "to": ""}, "to must be a non-empty string"),
+        (HarnessEdit, {"op": "create", "entry": "e"}, "entry: a create names no entry"),
+        (HarnessEdit, {"op": "delete"}, "entry: delete needs the entry"),
+        (HarnessEdit, {"op": "update", "entry": " "}, "entry: update needs the entry"),
         (HarnessEdit, {"op": "explode"}, "op must be 'create', 'update', 'delete' or 'rollback'"),
         (HarnessEdit, {"op": "create", "kind": "wisdom"}, "kind must be 'prompt_note'"),
         (

@@ -34,6 +34,7 @@ from recursa.errors import (
     AuthError,
     DaemonError,
     RecursaError,
+    one_line,
 )
 
 if TYPE_CHECKING:
@@ -267,11 +268,7 @@ def _error_of(response: httpx2.Response, what: str) -> RecursaError:
     if not message:
         return DaemonError(f"the recursa daemon answered {what} with HTTP {response.status_code}")
     cls = _EXCEPTIONS.get(kind, DaemonError)
-    return cls(_one_line(message))
-
-
-def _one_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return cls(one_line(message, first_line=True))
 
 
 def text_arg(value: object, name: str) -> str:

@@ -36,8 +36,8 @@ from recursa.api.snapfile import (
     Writer,
     commit,
     message,
-    one_line,
     read,
+    reason,
     sweep,
     temporary_name,
 )
@@ -229,19 +229,19 @@ def run_hooks(hooks: list[Hook]) -> list[str]:
                     result.close()
                 raise TypeError("it returned an awaitable: restore hooks must be plain functions")
         except (Exception, SystemExit) as exc:
-            errors.append(f"{_hook_name(hook)}: {one_line(exc)}")
+            errors.append(f"{_hook_name(hook)}: {reason(exc)}")
     return errors
 
 
 def describe(exc: BaseException) -> str:
     """What the harness is told when a snapshot or restore fails."""
-    return str(exc) if isinstance(exc, SnapshotError) else one_line(exc)
+    return str(exc) if isinstance(exc, SnapshotError) else reason(exc)
 
 
 def _unusable(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return "missing"
-    return str(exc) if isinstance(exc, Corrupt) else one_line(exc)
+    return str(exc) if isinstance(exc, Corrupt) else reason(exc)
 
 
 def _hook_name(hook: object) -> str:

@@ -1,7 +1,8 @@
 """Runs inside the kernel: the snapshot file, written and read with dill.
 
 :mod:`recursa.api.namespace` decides what goes in it. It imports only the
-standard library; dill is handed in by the caller.
+standard library, :mod:`recursa.errors` and :mod:`recursa.files` (which import
+nothing else); dill is handed in by the caller.
 
 The file: :data:`MAGIC`, one record per value, a trailer. A record is a
 header (kind, name length, data length, the pickle memo's size after it, the
@@ -24,8 +25,12 @@ import io
 import os
 import pickle
 import struct
+from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
+
+from recursa.errors import one_line
+from recursa.files import fsync_dir
 
 MAGIC = b"RECURSA-NAMESPACE-1\n"
 TRAILER = b"RECURSA-END\n"
@@ -35,7 +40,8 @@ PROTOCOL = 5
 _HEADER = struct.Struct("<BIQQ32s")
 _TAIL = struct.Struct("<QQ32s")
 _READ_CHUNK = 1 << 20
-_REASON_CHARS = 200
+REASON_CHARS = 200
+"""The longest reason a failed value or hook is given."""
 
 Memo = dict[int, tuple[int, object]]
 
@@ -194,11 +200,7 @@ def commit(temporary: str, target: str) -> None:
             shutil.copy(target, link)
         os.replace(link, previous)
     os.replace(temporary, target)
-    directory = os.open(os.path.dirname(target), os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_dir(Path(target).parent)
 
 
 def temporary_name(target: str) -> str:
@@ -220,6 +222,9 @@ def sweep(target: str) -> None:
 
 
 def _running(pid: int) -> bool:
+    # Not recursa.kernel.pids.is_alive: the kernel-side API may not import
+    # recursa.kernel (pyproject's contract). A zombie counts as running here,
+    # which only leaves its temporary file for a later sweep.
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -255,10 +260,10 @@ def read(path: str, *, dill: Any, main: ModuleType) -> list[tuple[int, str, bool
             try:
                 value = loader.load(f.read(length), memo_end)
             except Exception as exc:
-                reason = one_line(exc)
-                if reason.startswith("UnpicklingError: Memo value not found"):
-                    reason = "it refers to a value that could not be restored"
-                records.append((kind, name, False, reason))
+                why = reason(exc)
+                if why.startswith("UnpicklingError: Memo value not found"):
+                    why = "it refers to a value that could not be restored"
+                records.append((kind, name, False, why))
             else:
                 records.append((kind, name, True, value))
     return records
@@ -417,20 +422,16 @@ class _PyUnpickler(pickle._Unpickler):
 # -- reasons -----------------------------------------------------------------------------
 
 
-def one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line, at most a couple of hundred characters."""
-    text = " ".join(str(exc).split())
-    return _cut(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+def reason(exc: BaseException) -> str:
+    """Why something failed: ``Type: message`` on one line, at most
+    :data:`REASON_CHARS` characters."""
+    return one_line(exc, typed=True, limit=REASON_CHARS)
 
 
 def message(exc: BaseException) -> str:
     """Why a value could not be pickled, on one line: the message alone (a
     pickling error's type says nothing), or the type if there is no message."""
-    return _cut(" ".join(str(exc).split()) or type(exc).__name__)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
+    return one_line(exc, limit=REASON_CHARS)
 
 
 __all__ = [
@@ -443,8 +444,8 @@ __all__ = [
     "Writer",
     "commit",
     "message",
-    "one_line",
     "read",
+    "reason",
     "sweep",
     "temporary_name",
 ]

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, cast, get_args
 
-from recursa.errors import UsageError
+from recursa.errors import UsageError, one_line
 from recursa.protocol.events import AutonomousOutcome, GateStatus, TurnEndReason
 from recursa.store import JSONValue
 
@@ -336,51 +336,23 @@ def limit_reached(
     to being spent."""
     if spec.max_turns is not None and progress.turns >= spec.max_turns:
         return "max_turns", f"max_turns {spec.max_turns} reached"
-    if spec.max_tokens is not None and progress.tokens >= spec.max_tokens:
-        return "max_tokens", (
-            f"max_tokens {spec.max_tokens:,} reached ({progress.tokens:,} tokens used)"
-        )
-    if spec.max_cost is not None and progress.cost >= spec.max_cost:
-        return "max_cost", f"max_cost ${spec.max_cost:.4g} reached (${progress.cost:.4f} spent)"
-    if spec.max_time is not None and progress.elapsed >= spec.max_time:
-        return "max_time", (
-            f"max_time {_amount('max_time', spec.max_time)} reached "
-            f"({progress.elapsed:.0f} s elapsed)"
-        )
-    if not budget_stopped:
+    measures: list[tuple[LimitName, float | None, float, str]] = [
+        ("max_tokens", spec.max_tokens, progress.tokens, f"{progress.tokens:,} tokens used"),
+        ("max_cost", spec.max_cost, progress.cost, f"${progress.cost:.4f} spent"),
+        ("max_time", spec.max_time, progress.elapsed, f"{progress.elapsed:.0f} s elapsed"),
+    ]
+    limited = [
+        (name, limit, used, what) for name, limit, used, what in measures if limit is not None
+    ]
+    for name, limit, used, what in limited:
+        if used >= limit:
+            return name, f"{name} {_amount(name, limit)} reached ({what})"
+    if not budget_stopped or not limited:
         return None
-    used: list[tuple[float, LimitName, str]] = []
-    if spec.max_tokens is not None:
-        used.append(
-            (
-                progress.tokens / spec.max_tokens,
-                "max_tokens",
-                f"max_tokens {spec.max_tokens:,} reached ({progress.tokens:,} used; "
-                "the next model call would not fit)",
-            )
-        )
-    if spec.max_cost is not None:
-        used.append(
-            (
-                progress.cost / spec.max_cost,
-                "max_cost",
-                f"max_cost ${spec.max_cost:.4g} reached (${progress.cost:.4f} spent; "
-                "the next model call would not fit)",
-            )
-        )
-    if spec.max_time is not None:
-        used.append(
-            (
-                progress.elapsed / spec.max_time,
-                "max_time",
-                f"max_time {_amount('max_time', spec.max_time)} reached "
-                f"({progress.elapsed:.0f} s elapsed)",
-            )
-        )
-    if not used:
-        return None
-    _, name, phrase = max(used, key=lambda item: item[0])
-    return name, phrase
+    name, limit, _, what = max(limited, key=lambda measure: measure[2] / measure[1])
+    if name != "max_time":
+        what += "; the next model call would not fit"
+    return name, f"{name} {_amount(name, limit)} reached ({what})"
 
 
 def decide(
@@ -405,7 +377,7 @@ def decide(
     if turn.reason in TURN_FAILURES:
         why = f"the last turn ended with {turn.reason}"
         if turn.detail:
-            why += f" ({_one_line(turn.detail)})"
+            why += f" ({one_line(turn.detail, limit=200)})"
         return Stop("error", f"autonomous: stopped, {why}; {still}")
     limit = limit_reached(spec, progress, budget_stopped=turn.reason == "budget")
     if limit is not None:
@@ -464,7 +436,7 @@ def _status_phrase(result: GateResult) -> str:
         case "timeout":
             return f"timed out after {result.duration:.0f} s and was killed"
         case "error":
-            return f"could not be run ({_one_line(result.output) or 'no reason given'})"
+            return f"could not be run ({one_line(result.output, limit=200) or 'no reason given'})"
         case "skipped":
             return "was not run again"
         case _:
@@ -495,11 +467,6 @@ def _amount(name: LimitName, value: float) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _int(value: object) -> int | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from recursa.errors import one_line
 from recursa.protocol.control import GoalStatus
 from recursa.protocol.events import TurnEndReason
 
@@ -86,7 +87,7 @@ def after_turn(goal: GoalView, reason: TurnEndReason, *, waiting: bool) -> Decis
         return Stop(
             "exhausted",
             f"goal budget spent ({goal.used:,} of {goal.budget:,} tokens): "
-            f"the goal is no longer continued: {_short(goal.objective)}",
+            f"the goal is no longer continued: {one_line(goal.objective, limit=120)}",
         )
     if reason in PAUSED_AFTER:
         return Stop(
@@ -154,11 +155,6 @@ def check_budget(budget: object) -> int | None:
     if not 0 < budget <= MAX_BUDGET_TOKENS:
         raise ValueError(f"the budget must be from 1 to {MAX_BUDGET_TOKENS:,} tokens")
     return int(budget)
-
-
-def _short(text: str, width: int = 120) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 __all__ = [

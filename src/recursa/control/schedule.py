@@ -33,6 +33,7 @@ from datetime import datetime, tzinfo
 from typing import Literal
 
 from recursa.duration import format_duration, is_bare_number, parse_duration
+from recursa.errors import one_line
 from recursa.protocol.control import ScheduleMode
 
 ScheduleKind = Literal["every", "once", "cron"]
@@ -80,7 +81,7 @@ def parse(text: str) -> Spec:
     """The spec ``text`` stands for; ``ValueError`` with one line when it is none."""
     if not isinstance(text, str):
         raise ValueError(f"a schedule must be text: {FORMS}")
-    cleaned = " ".join(text.split())
+    cleaned = one_line(text)
     if not cleaned:
         raise ValueError(f"the schedule is empty: give {FORMS}")
     if len(cleaned) > MAX_SPEC_CHARS:

@@ -5,8 +5,9 @@
 - :mod:`~recursa.daemon.paths`: its files under ``RECURSA_HOME`` (socket, state, token, lock, log);
 - :mod:`~recursa.daemon.auth`: client and kernel tokens;
 - :mod:`~recursa.daemon.app`: the HTTP API (Starlette) over a ``Host`` and a ``KernelHost``;
-- :mod:`~recursa.daemon.routes`: the routes, derived from the table; :mod:`~recursa.daemon.checks`
-  the checks of older request values; :mod:`~recursa.daemon.stream` the event stream;
+- :mod:`~recursa.daemon.routes`: the routes, derived from the table (requests
+  validated by type with :func:`~recursa.protocol.wire.from_json`);
+  :mod:`~recursa.daemon.stream` the event stream;
 - :mod:`~recursa.daemon.replies`: requests, replies, errors and long polls of the routes;
 - :mod:`~recursa.daemon.openapi`: the people's API as an OpenAPI document;
 - :mod:`~recursa.daemon.server`: uvicorn on the unix socket, signals, clean exit;

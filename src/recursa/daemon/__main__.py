@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Protocol, TextIO, cast
 
 from recursa.config import Config, load_config
-from recursa.daemon.errormap import one_line
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS
 from recursa.daemon.harden import harden_process
 from recursa.daemon.host import Host, served
 from recursa.daemon.paths import (
@@ -52,7 +52,7 @@ from recursa.daemon.paths import (
     read_state,
 )
 from recursa.daemon.server import DaemonServer, bind_socket
-from recursa.errors import ConfigError, DaemonError, RecursaError
+from recursa.errors import ConfigError, DaemonError, RecursaError, one_line
 from recursa.protocol.wire import Shutdown
 
 
@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as exc:
         logger.exception("the daemon failed")
-        _say(f"internal error: {type(exc).__name__}: {one_line(str(exc))}")
+        _say(
+            f"internal error: {one_line(exc, typed=True, first_line=True, limit=MAX_MESSAGE_CHARS)}"
+        )
         return 1
     finally:
         lock.release()

@@ -23,10 +23,11 @@ from starlette.responses import Response
 from starlette.types import ASGIApp
 
 from recursa.daemon.auth import KernelAuth, TokenAuth
-from recursa.daemon.errormap import one_line
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS
 from recursa.daemon.host import Host, KernelHost, missing_methods
 from recursa.daemon.replies import MAX_BODY_BYTES, StopSignal, error_response
 from recursa.daemon.routes import operation_routes
+from recursa.errors import one_line
 from recursa.protocol.wire import HEARTBEAT_SECONDS
 
 
@@ -64,7 +65,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         return error_response("not_found", f"no route {request.method} {request.url.path}")
     if status == 405:
         return error_response("invalid", f"{request.method} is not allowed on {request.url.path}")
-    detail = one_line(getattr(exc, "detail", ""))
+    detail = one_line(str(getattr(exc, "detail", "")), first_line=True, limit=MAX_MESSAGE_CHARS)
     return error_response("invalid", detail or f"bad request ({status})")
 
 

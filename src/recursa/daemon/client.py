@@ -31,7 +31,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -45,6 +44,7 @@ from recursa.daemon.transport import (
     BACKOFF_MAX,
     Dropped,
     NotRunning,
+    Outgoing,
     Transport,
     decode_reply,
     error_of,
@@ -129,12 +129,7 @@ class DaemonClient:
     async def __aenter__(self) -> DaemonClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -163,7 +158,7 @@ class DaemonClient:
         ran here, or the connection broke: it is going away). Never retries."""
         try:
             self._transport.http()
-            response = await self._transport.send("GET", STATUS.path, None, {})
+            response = await self._transport.send(Outgoing("GET", STATUS.path))
         except (NotRunning, Dropped):
             return None
         except DaemonError:

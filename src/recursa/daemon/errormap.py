@@ -36,6 +36,7 @@ from recursa.errors import (
     StoreError,
     UncertainCommand,
     UsageError,
+    one_line,
 )
 from recursa.protocol.wire import ERROR_STATUS, ErrorKind, WireError
 
@@ -53,28 +54,16 @@ _KINDS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
 _EXCEPTIONS = WIRE_EXCEPTIONS
 
 
-def one_line(text: str) -> str:
-    """The first non-empty line of ``text``, bounded."""
-    for line in text.splitlines():
-        if line.strip():
-            line = line.strip()
-            if len(line) > MAX_MESSAGE_CHARS:
-                return line[: MAX_MESSAGE_CHARS - 1] + "…"
-            return line
-    return ""
-
-
 def wire_error(exc: BaseException) -> tuple[WireError, bool]:
-    """The wire error for ``exc`` and whether it is a bug (log its traceback)."""
+    """The wire error for ``exc`` and whether it is a bug (log its traceback).
+    The message is the first line of the exception's (its type's name when it
+    has none), at most :data:`MAX_MESSAGE_CHARS`."""
     for classes, kind in _KINDS:
         if isinstance(exc, classes):
-            return WireError(kind, one_line(str(exc)) or type(exc).__name__), False
+            return WireError(kind, _line(exc)), False
     if isinstance(exc, RecursaError):
-        return WireError("internal", one_line(str(exc)) or type(exc).__name__), False
-    detail = one_line(str(exc))
-    name = type(exc).__name__
-    message = f"internal error: {name}: {detail}" if detail else f"internal error: {name}"
-    return WireError("internal", message), True
+        return WireError("internal", _line(exc)), False
+    return WireError("internal", f"internal error: {_line(exc, typed=True)}"), True
 
 
 def status_for(kind: ErrorKind) -> int:
@@ -84,7 +73,11 @@ def status_for(kind: ErrorKind) -> int:
 def error_from_wire(kind: str, message: str) -> RecursaError:
     """The client-side exception for a daemon's error body."""
     cls = _EXCEPTIONS.get(kind, DaemonError)
-    return cls(one_line(message) or f"the daemon answered with a {kind} error")
+    return cls(_line(message) or f"the daemon answered with a {kind} error")
 
 
-__all__ = ["MAX_MESSAGE_CHARS", "error_from_wire", "one_line", "status_for", "wire_error"]
+def _line(what: str | BaseException, *, typed: bool = False) -> str:
+    return one_line(what, first_line=True, limit=MAX_MESSAGE_CHARS, typed=typed)
+
+
+__all__ = ["MAX_MESSAGE_CHARS", "error_from_wire", "status_for", "wire_error"]

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from recursa.daemon.errormap import one_line, status_for, wire_error
-from recursa.errors import DaemonError
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS, status_for, wire_error
+from recursa.errors import DaemonError, one_line
 from recursa.protocol.events import json_text
 from recursa.protocol.wire import ErrorKind, error_body
 
@@ -120,7 +120,9 @@ async def read_json(request: Request, *, empty_ok: bool = False) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise ValueError(f"the body is not valid JSON: {one_line(str(exc))}") from exc
+        raise ValueError(
+            f"the body is not valid JSON: {one_line(str(exc), first_line=True, limit=MAX_MESSAGE_CHARS)}"
+        ) from exc
 
 
 def json_object(data: object) -> dict[str, Any]:

@@ -7,9 +7,9 @@ Starlette route under :data:`~recursa.protocol.wire.API_PREFIX` that:
    request);
 2. builds the request value from the path parameters, and the query (``GET``,
    ``DELETE``) or the JSON body (other methods), with
-   :func:`~recursa.protocol.wire.from_json`, then the check of
-   :data:`~recursa.daemon.checks.CHECKS` for its type: a malformed or
-   mistyped request is a 400 with one line;
+   :func:`~recursa.protocol.wire.from_json`, which checks every field's type
+   and bounds: a malformed or mistyped request is a 400 with one line (what
+   the values mean is the host's to judge);
 3. reads the command key of a ``command`` row from the ``Recursa-Client``
    and ``Recursa-Command`` headers (None when both are absent; one without
    the other is a 400);
@@ -32,7 +32,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recursa.daemon.auth import principal_of
-from recursa.daemon.checks import CHECKS
 from recursa.daemon.replies import (
     Handler,
     StopSignal,
@@ -116,9 +115,7 @@ async def request_value(op: Operation[Any, Any], request: Request) -> Any:
         if not isinstance(raw, str) or not raw.strip():
             raise ValueError(f"{name} is required")
         data[name] = query_value(kinds[name], raw, name)
-    value = from_json(op.request, data)
-    check = CHECKS.get(op.request)
-    return value if check is None else check(value)
+    return from_json(op.request, data)
 
 
 def command_key(request: Request) -> CommandKey | None:

@@ -15,14 +15,15 @@ import json
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx2
 
-from recursa.daemon.errormap import error_from_wire, one_line
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS, error_from_wire
 from recursa.daemon.paths import DaemonPaths, read_state, read_token
-from recursa.errors import DaemonError
+from recursa.errors import DaemonError, one_line
 from recursa.protocol.events import EventRecord, event_from_dict, json_text
 from recursa.protocol.wire import API_PREFIX, HEADER_CLIENT, HEADER_COMMAND
 
@@ -37,6 +38,21 @@ class NotRunning(Exception):
 
 class Dropped(Exception):
     """The connection broke after the request may have been sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as sent, and as resent with the same command id.
+    ``timeout`` replaces the client's reply timeout (a long call)."""
+
+    method: str
+    path: str
+    content: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
 
 
 class Transport:
@@ -107,34 +123,26 @@ class Transport:
             headers[HEADER_CLIENT] = self._client_id
             headers[HEADER_COMMAND] = secrets.token_hex(16)
         content = json_text(body).encode() if body is not None else None
+        request = Outgoing(method, path, content, headers, timeout)
         try:
-            response = await self.send(method, path, content, headers, timeout)
+            response = await self.send(request)
         except NotRunning:
             raise self.not_running() from None
         except Dropped:
             if not retry:
-                raise DaemonError(
-                    f"the connection to the daemon broke during {method} {path}"
-                ) from None
-            response = await self.resend(method, path, content, headers, timeout)
+                raise DaemonError(f"the connection to the daemon broke during {request}") from None
+            response = await self.resend(request)
         return decode_reply(response, method, path)
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        content: bytes | None,
-        headers: Mapping[str, str],
-        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
-    ) -> httpx2.Response:
-        """One request; ``timeout`` replaces the client's reply timeout (a long call)."""
-        wait = self._timeout if timeout is None else timeout
+    async def send(self, request: Outgoing) -> httpx2.Response:
+        """One request, once."""
+        wait = self._timeout if request.timeout is None else request.timeout
         try:
             return await self.http().request(
-                method,
-                API_PREFIX + path,
-                content=content,
-                headers=headers,
+                request.method,
+                API_PREFIX + request.path,
+                content=request.content,
+                headers=request.headers,
                 timeout=httpx2.Timeout(wait, connect=CONNECT_TIMEOUT),
             )
         except (httpx2.ConnectError, FileNotFoundError) as exc:
@@ -144,39 +152,30 @@ class Transport:
                 f"the daemon at {self.socket_path()} accepts no connections"
             ) from None
         except httpx2.TimeoutException:
-            raise DaemonError(
-                f"the daemon did not answer {method} {path} within {wait:g}s"
-            ) from None
+            raise DaemonError(f"the daemon did not answer {request} within {wait:g}s") from None
         except httpx2.TransportError as exc:
             raise Dropped() from exc
 
-    async def resend(
-        self,
-        method: str,
-        path: str,
-        content: bytes | None,
-        headers: Mapping[str, str],
-        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
-    ) -> httpx2.Response:
+    async def resend(self, request: Outgoing) -> httpx2.Response:
         """Send once more with the same command id, once the daemon accepts a
         connection again (a refused connection sent nothing, so it is retried)."""
         deadline = time.monotonic() + self._reconnect_window
         delay = BACKOFF_FIRST
         while True:
             try:
-                return await self.send(method, path, content, headers, timeout)
+                return await self.send(request)
             except NotRunning:
                 now = time.monotonic()
                 if now >= deadline:
                     raise DaemonError(
-                        f"lost the daemon during {method} {path} and it did not come back within "
+                        f"lost the daemon during {request} and it did not come back within "
                         f"{self._reconnect_window:g}s; the outcome is unknown (recursa agents)"
                     ) from None
                 await asyncio.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, BACKOFF_MAX)
             except Dropped:
                 raise DaemonError(
-                    f"the connection to the daemon broke twice during {method} {path}; "
+                    f"the connection to the daemon broke twice during {request}; "
                     "the outcome is unknown (recursa agents)"
                 ) from None
 
@@ -199,7 +198,7 @@ def error_of(response: httpx2.Response) -> Exception:
             return error_from_wire(kind, message)
     except (ValueError, KeyError, TypeError):
         pass
-    text = one_line(response.text)
+    text = one_line(response.text, first_line=True, limit=MAX_MESSAGE_CHARS)
     return DaemonError(f"the daemon answered HTTP {response.status_code}: {text}".rstrip(": "))
 
 
@@ -228,7 +227,9 @@ def parse_line(line: str) -> EventRecord | None:
             seq=seq, session_id=session_id, ts=float(ts), event=event_from_dict(data)
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise DaemonError(f"the daemon sent a malformed event: {one_line(str(exc))}") from None
+        raise DaemonError(
+            f"the daemon sent a malformed event: {one_line(str(exc), first_line=True, limit=MAX_MESSAGE_CHARS)}"
+        ) from None
 
 
 __all__ = [
@@ -237,6 +238,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "Dropped",
     "NotRunning",
+    "Outgoing",
     "Transport",
     "decode_reply",
     "error_of",

@@ -19,7 +19,6 @@ from recursa.harness.skills import (
     entry_index_line,
     folder_index_line,
     index_footer,
-    one_line,
     skill_index,
 )
 from recursa.protocol.harness import EntryVersion, Kind
@@ -116,7 +115,7 @@ def _sections(entries: Sequence[EntryVersion], folders: Sequence[FolderSkill]) -
     skills.items += [_Item(None, f, folder_index_line(f)) for f in folders]
     skills.footer = "\n".join(index_footer(entries=bool(skill_entries), folders=bool(folders)))
     roles = _Section("subagent_spec", "# Sub-agent roles", "\n", intro=SPEC_INTRO)
-    roles.items = [_Item(e, None, _role(e)) for e in of("subagent_spec")]
+    roles.items = [_Item(e, None, entry_index_line(e)) for e in of("subagent_spec")]
     return [notes, memories, skills, roles]
 
 
@@ -128,11 +127,6 @@ def _memory(entry: EntryVersion) -> str:
     lines = entry.content.strip().splitlines() or [""]
     rest = "".join(f"\n  {line}" if line.strip() else "\n" for line in lines[1:])
     return f"- {entry.title}: {lines[0]}{rest}".rstrip()
-
-
-def _role(entry: EntryVersion) -> str:
-    described = one_line(entry.description)
-    return f"- {entry.title}: {described}" if described else f"- {entry.title}"
 
 
 def _fit(sections: list[_Section], budget: int) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recursa.errors import one_line
 from recursa.kernel.commands import inline_command
 from recursa.protocol.harness import EntryVersion
 
@@ -246,19 +247,13 @@ def skills_digest(entries: Sequence[EntryVersion], folders: Sequence[FolderSkill
 # -- the prompt's index -------------------------------------------------------------
 
 
-def one_line(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
-    """``text`` on one line, cut to ``limit`` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
 def entry_index_line(entry: EntryVersion) -> str:
-    described = one_line(entry.description)
+    described = one_line(entry.description, limit=MAX_DESCRIPTION_CHARS)
     return f"- {entry.title}: {described}" if described else f"- {entry.title}"
 
 
 def folder_index_line(folder: FolderSkill) -> str:
-    described = one_line(folder.description)
+    described = one_line(folder.description, limit=MAX_DESCRIPTION_CHARS)
     head = f"- {folder.name}: {described}" if described else f"- {folder.name}"
     return f"{head} (read {folder.skill_md})"
 
@@ -304,7 +299,6 @@ __all__ = [
     "entry_index_line",
     "folder_index_line",
     "index_footer",
-    "one_line",
     "parse_front_matter",
     "read_folder_skill",
     "skill_index",

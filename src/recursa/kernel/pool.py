@@ -18,7 +18,6 @@ import logging
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from recursa.errors import KernelError
@@ -178,12 +177,7 @@ class KernelPool:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def _check_open(self) -> None:

@@ -39,7 +39,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, Self
 
 from jupyter_core.paths import jupyter_runtime_dir
@@ -272,12 +271,7 @@ class Kernel(HarnessCommands):
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
     def _check_open(self) -> None:

@@ -2,9 +2,10 @@
 
 Their closed sets (a goal's status, a job's mode and status) live here, at
 the bottom, so the store, the pure decisions (:mod:`recursa.control`) and
-the wire all name them alike. The routes that carry these values are listed
-in :mod:`recursa.daemon.control_routes`; :func:`~recursa.protocol.wire.from_json`
-and :func:`~recursa.protocol.wire.to_json` build and read them.
+the wire all name them alike. The operations that carry these values are rows
+of :mod:`recursa.protocol.person_ops` and :mod:`recursa.protocol.kernel_ops`;
+:func:`~recursa.protocol.wire.from_json` and :func:`~recursa.protocol.wire.to_json`
+build and read them.
 """
 
 from __future__ import annotations

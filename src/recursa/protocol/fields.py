@@ -5,15 +5,18 @@ model wrote, so every field has a type and a bound. These aliases are plain
 ``str``, ``int`` and ``float`` to mypy and to the code that reads the values;
 the metadata they carry is read by pydantic when
 :func:`~recursa.protocol.wire.from_json` validates a request (strictly: ``"5"``
-is not 5, ``true`` is not 1). What a value means (an unknown model, a name
-already taken, a harness entry's own limits) is judged further in.
+is not 5, ``true`` is not 1). Text that must say something (a task, a
+recipient) refuses a blank string; blank instructions are none. What a value
+means (an unknown model, a name already taken, a harness entry's own limits)
+is judged further in, by the host.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from recursa.duration import Duration
 from recursa.validation import within
@@ -31,9 +34,49 @@ MAX_SECONDS = 366 * 86_400.0
 """A time limit or timeout: a year and a day."""
 MAX_ITEMS = 100
 """Items of a list in a request (gates)."""
+MAX_WAIT_SECONDS = 86_400.0
+"""The longest wait a long poll may ask for; a client wanting longer asks again."""
+
+
+def _filled(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _blank_is_none(value: str | None) -> str | None:
+    return value if value is not None and value.strip() else None
+
+
+def _wait(value: float) -> float:
+    # Written so that NaN, which compares false with everything, fails too.
+    if not 0 <= value <= MAX_WAIT_SECONDS:
+        raise ValueError(f"must be from 0 to {MAX_WAIT_SECONDS:g} seconds")
+    return value
+
+
+def one_of(allowed: Iterable[str]) -> AfterValidator:
+    """A pydantic check that a string is one of ``allowed``, for fields that are
+    plain ``str`` to their Python callers (a CLI flag's text)."""
+    options = tuple(allowed)
+    rule = f"must be one of {', '.join(options)}"
+
+    def check(value: str) -> str:
+        if value not in options:
+            raise ValueError(rule)
+        return value
+
+    return AfterValidator(check)
+
 
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+FilledText = Annotated[Text, AfterValidator(_filled)]
+"""Text that is not blank (a task, a message)."""
+FilledName = Annotated[Name, AfterValidator(_filled)]
+"""A name that is not blank (a model, a job, a message's recipient)."""
+Instructions = Annotated[Text | None, AfterValidator(_blank_is_none)]
+"""A refinement's or compaction's extra instructions: blank ones are none."""
 PathText = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
 Count = Annotated[int, within(0, MAX_COUNT)]
 """A count where 0 is allowed (and often means no limit)."""
@@ -45,6 +88,8 @@ PositiveCost = Annotated[float, within(0, MAX_COST, above=True)]
 Seconds = Annotated[Duration, within(0, MAX_SECONDS, duration=True)]
 """A duration (``90s``, ``1h30m``, ``2d`` or a number of seconds) as seconds."""
 PositiveSeconds = Annotated[Duration, within(0, MAX_SECONDS, duration=True, above=True)]
+Wait = Annotated[float, AfterValidator(_wait)]
+"""Seconds a long poll waits: from 0 to :data:`MAX_WAIT_SECONDS`."""
 
 __all__ = [
     "MAX_COST",
@@ -54,8 +99,12 @@ __all__ = [
     "MAX_PATH_CHARS",
     "MAX_SECONDS",
     "MAX_TEXT_CHARS",
+    "MAX_WAIT_SECONDS",
     "Cost",
     "Count",
+    "FilledName",
+    "FilledText",
+    "Instructions",
     "Name",
     "PathText",
     "Positive",
@@ -64,4 +113,6 @@ __all__ = [
     "Seconds",
     "Text",
     "Version",
+    "Wait",
+    "one_of",
 ]

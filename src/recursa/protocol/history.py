@@ -31,7 +31,7 @@ from recursa.protocol.events import (
     UserInput,
     record_to_dict,
 )
-from recursa.protocol.fields import Count, Name, Text
+from recursa.protocol.fields import Count, Instructions, Name
 from recursa.validation import within
 
 DEFAULT_SEARCH_RESULTS = 20
@@ -90,7 +90,7 @@ class EventsRequest:
 
 @dataclass(frozen=True, slots=True)
 class CompactRequest:
-    instructions: Text | None = None
+    instructions: Instructions = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,13 @@ caller is the session the token was minted for, never anything in the request.
 ``ref`` is one of the caller's children, by id or name; ``entry`` a harness
 entry the caller can see (global, or local to it). Harness edits are staged
 for the caller's next turn boundary, always as the model's. Waits are
-bounded by :data:`~recursa.protocol.checked.MAX_WAIT_SECONDS`.
+bounded by :data:`~recursa.protocol.fields.MAX_WAIT_SECONDS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recursa.protocol.checked import Checked, InvalidRequest, seconds
 from recursa.protocol.control import (
     AddSchedule,
     CompleteGoal,
@@ -22,6 +21,7 @@ from recursa.protocol.control import (
     ScheduleMode,
     UpdateSchedule,
 )
+from recursa.protocol.fields import FilledName, Name, Text, Wait
 from recursa.protocol.history import (
     CompactReply,
     CompactRequest,
@@ -53,40 +53,31 @@ COMPACT_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True, slots=True)
-class ChildRef(Checked):
-    ref: str
+class ChildRef:
+    ref: Name
 
 
 @dataclass(frozen=True, slots=True)
-class ChildWait(Checked):
+class ChildWait(ChildRef):
     """Wait up to ``timeout`` seconds (None: no limit) for the child's work to end."""
 
-    ref: str
-    timeout: float | None = None
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        seconds(self.timeout, "timeout")
+    timeout: Wait | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class InboxWait(Checked):
+class InboxWait:
     """Wait up to ``wait`` seconds for a message when none is queued."""
 
-    wait: float = 0.0
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        seconds(self.wait, "wait")
+    wait: Wait = 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class TurnRef(Checked):
+class TurnRef:
     turn: int
 
 
 @dataclass(frozen=True, slots=True)
-class CellRef(Checked):
+class CellRef:
     cell: int
 
 
@@ -97,26 +88,21 @@ class CellOutput:
 
 
 @dataclass(frozen=True, slots=True)
-class JobLabel(Checked):
+class JobLabel:
     """One of the caller's jobs, by id or label."""
 
-    job: str
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        if not self.job.strip():
-            raise InvalidRequest("a job id or label is required")
+    job: FilledName
 
 
 @dataclass(frozen=True, slots=True)
-class JobUpdate(Checked):
+class JobUpdate:
     """A change to one of the caller's jobs; None leaves a field as it is."""
 
-    job: str
-    prompt: str | None = None
-    spec: str | None = None
+    job: Name
+    prompt: Text | None = None
+    spec: Name | None = None
     mode: ScheduleMode | None = None
-    label: str | None = None
+    label: Name | None = None
 
     @property
     def update(self) -> UpdateSchedule:

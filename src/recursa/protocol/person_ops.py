@@ -11,9 +11,8 @@ title ending in ``/diff`` is reached by its id).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Annotated, cast
 
-from recursa.protocol.checked import Checked, InvalidRequest, seconds
 from recursa.protocol.control import (
     AddSchedule,
     GoalAction,
@@ -21,6 +20,7 @@ from recursa.protocol.control import (
     ScheduleInfo,
     ScheduleMode,
 )
+from recursa.protocol.fields import Count, Instructions, Name, Text, Version, Wait, one_of
 from recursa.protocol.harness import KINDS, SCOPES, STATUSES
 from recursa.protocol.operations import Ack, Audience, Operation
 from recursa.protocol.wire import (
@@ -46,41 +46,31 @@ REFINE_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True, slots=True)
-class SessionRef(Checked):
-    session: str
+class SessionRef:
+    """A request about one session; the requests extending it are too."""
+
+    session: Name
 
 
 @dataclass(frozen=True, slots=True)
-class SendTo(Checked):
+class SendTo(SessionRef):
     """A message for a session, stored durably, then delivered by its mode."""
 
-    session: str
-    text: str
+    text: Text
     mode: SendMode = "auto"
 
 
 @dataclass(frozen=True, slots=True)
-class EventsQuery(Checked):
-    session: str
-    after: int = 0
+class EventsQuery(SessionRef):
+    after: Count = 0
     follow: bool = False
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        if self.after < 0:
-            raise InvalidRequest("after must not be negative")
 
 
 @dataclass(frozen=True, slots=True)
-class QuietWait(Checked):
+class QuietWait(SessionRef):
     """Wait up to ``timeout`` seconds (None: the longest a long poll may) for quiet."""
 
-    session: str
-    timeout: float | None = None
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        seconds(self.timeout, "timeout")
+    timeout: Wait | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,56 +79,37 @@ class Quiet:
 
 
 @dataclass(frozen=True, slots=True)
-class RefineSession(Checked):
-    session: str
-    instructions: str | None = None
+class RefineSession(SessionRef):
+    instructions: Instructions = None
 
 
 @dataclass(frozen=True, slots=True)
-class HarnessQuery(Checked):
+class HarnessQuery:
     """Filters of a harness listing; None: any."""
 
-    kind: str | None = None
-    scope: str | None = None
-    status: str | None = None
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        for name, allowed in (("kind", KINDS), ("scope", SCOPES), ("status", STATUSES)):
-            value = getattr(self, name)
-            if value is not None and value not in allowed:
-                raise InvalidRequest(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    kind: Annotated[str, one_of(KINDS)] | None = None
+    scope: Annotated[str, one_of(SCOPES)] | None = None
+    status: Annotated[str, one_of(STATUSES)] | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class LogQuery(Checked):
-    limit: int = DEFAULT_LOG_LIMIT
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        if self.limit < 0:
-            raise InvalidRequest("limit must not be negative")
+class LogQuery:
+    limit: Count = DEFAULT_LOG_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
-class EntryRef(Checked):
-    entry: str
+class EntryRef:
+    """A request about one harness entry; the requests extending it are too."""
+
+    entry: Name
 
 
 @dataclass(frozen=True, slots=True)
-class DiffQuery(Checked):
+class DiffQuery(EntryRef):
     """Two versions of an entry (default: the newest and the one before)."""
 
-    entry: str
-    from_version: int | None = None
-    to_version: int | None = None
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        for name in ("from_version", "to_version"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise InvalidRequest(f"{name} must be a version number, not {value}")
+    from_version: Version | None = None
+    to_version: Version | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,52 +118,42 @@ class Diff:
 
 
 @dataclass(frozen=True, slots=True)
-class Revert(Checked):
+class Revert(EntryRef):
     """``to`` 0 is before the entry existed."""
 
-    entry: str
-    to: int
-
-    def __post_init__(self) -> None:
-        Checked.__post_init__(self)
-        if self.to < 0:
-            raise InvalidRequest("to must be a version number (0: before the entry existed)")
+    to: Version
 
 
 @dataclass(frozen=True, slots=True)
-class Decision(Checked):
-    entry: str
-    reason: str = ""
+class Decision(EntryRef):
+    reason: Text = ""
 
 
 @dataclass(frozen=True, slots=True)
-class GoalFor(Checked):
-    session: str
-    objective: str
+class GoalFor(SessionRef):
+    objective: Text
     budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class GoalChange(Checked):
-    session: str
+class GoalChange(SessionRef):
     action: GoalAction
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleQuery(Checked):
+class ScheduleQuery:
     """Jobs of one session (None: all); ended ones too with ``finished``."""
 
-    session: str | None = None
+    session: Name | None = None
     finished: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleFor(Checked):
-    session: str
-    spec: str
-    prompt: str
-    mode: str = "follow_up"
-    label: str | None = None
+class ScheduleFor(SessionRef):
+    spec: Name
+    prompt: Text
+    mode: Name = "follow_up"
+    label: Name | None = None
 
     @property
     def schedule(self) -> AddSchedule:
@@ -202,7 +163,7 @@ class ScheduleFor(Checked):
 
 
 @dataclass(frozen=True, slots=True)
-class JobRef(Checked):
+class JobRef:
     job: int
 
 

@@ -29,16 +29,18 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, ValidationInfo
 from pydantic_core import PydanticSerializationError
 from pydantic_core import to_json as to_json_bytes
 
 from recursa.protocol.events import PROTOCOL_VERSION, SessionStatus
 from recursa.protocol.fields import (
     MAX_ITEMS,
-    MAX_NAME_CHARS,
     Cost,
     Count,
+    FilledName,
+    FilledText,
+    Instructions,
     Name,
     PathText,
     Positive,
@@ -199,10 +201,10 @@ class Budget:
 class Spawn:
     """``rlm(task, name=..., model=..., spec=..., budget=...)``."""
 
-    task: Text
-    name: Name | None = None
-    model: Name | None = None
-    spec: Name | None = None
+    task: FilledText
+    name: FilledName | None = None
+    model: FilledName | None = None
+    spec: FilledName | None = None
     budget: Budget | None = None
 
 
@@ -229,8 +231,8 @@ class Handle:
 class AgentMessage:
     """``agent_message.send(text, to=..., mode=...)``."""
 
-    text: Text
-    to: Annotated[MessageTarget, Field(max_length=MAX_NAME_CHARS)] = "parent"
+    text: FilledText
+    to: FilledName = "parent"
     mode: SendMode = "auto"
 
 
@@ -341,6 +343,18 @@ class HarnessPrompt:
     left_out: tuple[str, ...]
 
 
+def _entry_for_op(entry: str | None, info: ValidationInfo) -> str | None:
+    """A harness edit's entry: none for a create (it gets a new id), a non-blank
+    reference for every other op."""
+    op = info.data.get("op")
+    if op == "create":
+        if entry is not None:
+            raise ValueError("a create names no entry (it gets a new id)")
+    elif op is not None and (entry is None or not entry.strip()):
+        raise ValueError(f"{op} needs the entry: an id, id prefix or title")
+    return entry
+
+
 @dataclass(frozen=True, slots=True)
 class HarnessEdit:
     """``harness.create/update/delete/rollback(...)`` from a kernel: staged for the
@@ -348,7 +362,9 @@ class HarnessEdit:
     entry for every op but ``create``. The actor is always the model."""
 
     op: EditOp
-    entry: Name | None = None
+    entry: Annotated[Name | None, Field(validate_default=True), AfterValidator(_entry_for_op)] = (
+        None
+    )
     kind: Kind | None = None
     title: Text | None = None
     content: Text | None = None
@@ -388,7 +404,7 @@ class HarnessRevert:
 class RefineRequest:
     """``recursa refine`` and ``refine.run()``: extra instructions for the refinement."""
 
-    instructions: Text | None = None
+    instructions: Instructions = None
 
 
 @dataclass(frozen=True, slots=True)
