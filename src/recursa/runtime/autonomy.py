@@ -296,7 +296,7 @@ class Autonomy:
         self.runtime = runtime
         self.store = runtime.store
         self._locks: dict[str, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = runtime.tasks.group("autonomy")
 
     # -------------------------------------------------------------- starting
 
@@ -475,12 +475,10 @@ class Autonomy:
                 or end.turn <= state.checked_turn
             ):
                 continue
-            task = asyncio.create_task(
+            self._tasks.start(
                 self._resume(session, end, after_turn or self.after_turn),
                 name=f"autonomy {session.id}",
             )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
             checked.append(session.id)
         return checked
 
@@ -497,14 +495,11 @@ class Autonomy:
 
     async def join(self) -> None:
         """Wait for the checks :meth:`resume` started (tests; a shutdown cancels them)."""
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.join()
 
     async def aclose(self) -> None:
         """Cancel checks still running in the background (their gates are killed)."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
 
 
 __all__ = [
