@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from recursa.config import Config, Limits
-from recursa.control.budget import Ledger
+from recursa.control.budget import Budgets
 from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
 from recursa.models.registry import Providers
@@ -222,9 +222,9 @@ class Runtime:
         self.accounts.forget(session_id)
 
     @property
-    def ledger(self) -> Ledger:
+    def budgets(self) -> Budgets:
         """Reservations and spending against subtree budgets."""
-        return self.accounts.ledger
+        return self.accounts.budgets
 
     @property
     def closed(self) -> bool:
