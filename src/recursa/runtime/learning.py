@@ -6,7 +6,7 @@ model-call gateway of the session they serve (:mod:`recursa.session.gateway`):
 admitted under its subtree's budgets, retried, and counted in its books at
 once, like any other.
 
-The harness itself (versions, the gate, audit) is
+The harness itself (versions, the review, audit) is
 :class:`recursa.harness.service.Harness`; this module gives it models,
 sessions and kernels.
 """

@@ -38,8 +38,8 @@ from recursa.protocol.events import SessionCreated
 from recursa.runtime.accounts import Accounts, as_int
 from recursa.runtime.autonomy import Autonomy
 from recursa.runtime.boundaries import Boundaries, TurnControl
-from recursa.runtime.gate import KernelGate
 from recursa.runtime.goals import Goals
+from recursa.runtime.kernel_cap import KernelCap
 from recursa.runtime.learning import Learning
 from recursa.runtime.scheduling import Scheduler
 from recursa.runtime.tree import Pulse, Tree
@@ -86,7 +86,7 @@ class Runtime:
         """Every session's host: its turns' start and end (:mod:`recursa.runtime.boundaries`)."""
         self.api_socket: Path | None = None
         """Where kernels reach the kernel API (set by whoever serves it)."""
-        self.gate = KernelGate(
+        self.kernel_cap = KernelCap(
             kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
         )
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
@@ -240,7 +240,7 @@ class Runtime:
         info = self.providers.info(row.model)
         deps = SessionDeps(
             store=self.store,
-            kernels=self.gate,
+            kernels=self.kernel_cap,
             gateway=self.accounts.gateway(row.id, row.model),
             # Compaction works to the session's own window (--context-window), else the model's.
             model_info=replace(
