@@ -21,7 +21,7 @@ and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
   parent's task being sent until the whole tree is quiet. Peak memory is the
   largest sum of RSS over this process and all its descendants, sampled every
   ``--sample`` seconds in a thread; kernels at peak is the largest number of
-  live kernel processes seen, beside the kernel gate's own peak (``[sessions]
+  live kernel processes seen, beside the kernel cap's own peak (``[sessions]
   max_kernels`` caps it). Kernel starts and unloads are read from the
   sessions' logs; CPU time is split between this process and its (reaped)
   children, the kernels.
@@ -217,12 +217,12 @@ async def settle(runtime: Runtime, root: str, timeout: float) -> bool:
 
 
 async def kernels_settled(timeout: float) -> bool:
-    """Until no session is still getting (or, for the gate, unloading) a kernel.
+    """Until no session is still getting (or, for the kernel cap, unloading) a kernel.
 
     A quiet tree can still have kernels starting: a session starts one as its
     turn begins, and a child that answered without a cell is idle before its
     kernel is up. Closing the runtime in the middle of that cancels the unloads
-    the gate runs on behalf of a waiting session, so this waits for them first.
+    the kernel cap runs on behalf of a waiting session, so this waits for them first.
     The sessions' kernel tasks are named ``kernel <session id>``.
     """
     deadline = time.monotonic() + timeout
@@ -266,7 +266,7 @@ async def admission(calls: int, timeout: float) -> None:
             print(
                 f"  tree {state} {settled:.1f} s after the task; the children's kernels "
                 f"{'settled' if kernels_done else 'NOT SETTLED'} after {churn:.1f} s "
-                f"(gate peak {runtime.gate.peak})"
+                f"(kernel cap peak {runtime.kernel_cap.peak})"
             )
     check_no_kernels_left()
 
@@ -308,7 +308,7 @@ async def fanout(n: int, every: float, timeout: float) -> None:
                 kernel = [e.state for e in log if isinstance(e, KernelStatus)]
                 starts += sum(s in ("ready", "restored") for s in kernel)
                 unloads += kernel.count("stopped")
-            gate_peak = runtime.gate.peak
+            cap_peak = runtime.kernel_cap.peak
             answer = root.last_answer
             closing = time.monotonic()
         teardown = time.monotonic() - closing
@@ -321,7 +321,7 @@ async def fanout(n: int, every: float, timeout: float) -> None:
     )
     print(
         f"      peak {sampler.tree_rss / MIB:6.0f} MiB tree, {sampler.own_rss / MIB:.0f} MiB this "
-        f"process   kernels at peak {sampler.kernels} (gate {gate_peak})   "
+        f"process   kernels at peak {sampler.kernels} (cap {cap_peak})   "
         f"children's kernel starts {starts}, unloads {unloads}"
     )
     print(

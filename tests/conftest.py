@@ -1,10 +1,12 @@
-"""Fixtures every test gets: an isolated RECURSA_HOME, no provider keys, and a
-check that the test left no child process (kernels, daemons, servers) behind."""
+"""Fixtures every test gets: an isolated RECURSA_HOME, no provider keys, and
+checks that the test left no child process (kernels, daemons, servers) and no
+asyncio task behind."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psutil
@@ -45,6 +47,34 @@ def _no_leaked_processes() -> Iterator[None]:
     if alive:
         names = ", ".join(f"{p.pid}" for p in alive)
         pytest.fail(f"the test left child processes running: {names}")
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    """Every task a test starts has ended once its fixtures are torn down (this
+    one is torn down after them): a task still pending then is owned by nobody.
+    It is cancelled, and the test fails naming it."""
+    before = asyncio.all_tasks()
+    yield
+    me = asyncio.current_task()
+    leaked = [
+        t
+        for t in asyncio.all_tasks()
+        if t is not me and t not in before and not t.done() and not _loops_own(t)
+    ]
+    if not leaked:
+        return
+    for task in leaked:
+        task.cancel()
+    await asyncio.gather(*leaked, return_exceptions=True)
+    names = ", ".join(sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in leaked))
+    pytest.fail(f"the test left asyncio tasks running: {names}")
+
+
+def _loops_own(task: asyncio.Task[object]) -> bool:
+    """The loop's own finalizer of an async generator dropped unfinished (it
+    schedules ``aclose()`` as a task when the generator is collected)."""
+    return type(task.get_coro()).__name__ == "async_generator_athrow"
 
 
 @pytest.fixture(autouse=True)

@@ -51,7 +51,7 @@ The file, field by field::
     messages_per_minute = 120           # one session's send rate
 
     [harness]
-    review_skill = "human"              # the gate for global entries: "human", "model" or "none"
+    review_skill = "human"              # who reviews global entries: "human", "model" or "none"
     review_prompt_note = "model"
     review_memory = "model"
     review_subagent_spec = "model"
@@ -220,7 +220,7 @@ DEFAULT_HARNESS_PROMPT_CHARS = 6000
 
 @dataclass(frozen=True, slots=True)
 class HarnessConfig:
-    """The Continual Harness: the review gate for global entries, per kind
+    """The Continual Harness: the review of global entries, per kind
     (a local entry needs no review), and the supplemental prompt's bound."""
 
     review: Mapping[str, ReviewPolicy] = field(

@@ -147,7 +147,7 @@ async def test_a_token_limit_of_the_run_stops_it_through_the_budget(home: Path, 
         session = await autonomous(
             runtime, "faux/auto-tokens", work, Spec(gates=(GATE,), max_tokens=100), "go"
         )
-        assert script.requests == []  # the ledger refused the first call: it cannot fit
+        assert script.requests == []  # the budget refused the first call: it cannot fit
         [turn] = [r.event for r in session.history() if isinstance(r.event, TurnEnded)]
         assert turn.reason == "budget"
         end = run_end(session)

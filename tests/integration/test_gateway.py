@@ -115,8 +115,8 @@ async def test_the_reviewer_is_retried_and_counted_in_the_proposers_books(
         assert [r.kind for r in retries] == ["rate_limit", "server_error"]  # type: ignore[attr-defined]
         usages = [e for e in events(session, ModelUsage) if isinstance(e, ModelUsage)]
         assert [u.model for u in usages].count("faux/reviewer-flaky") == 1
-        # In the ledger at once, as much as in the store: no restart needed.
-        spent = runtime.ledger.spent[session.id]
+        # In the budgets at once, as much as in the store: no restart needed.
+        spent = runtime.budgets.spent[session.id]
         totals = runtime.store.usage_totals(session.id, tree=True)
         assert spent.tokens == totals.input_tokens + totals.output_tokens
         assert spent.steps == totals.calls == 3  # two turn steps and the review
@@ -139,10 +139,10 @@ async def test_refinement_is_admitted_under_the_subtree_budget_at_once(
         budget(runtime, session, steps=2)
         end = await asyncio.wait_for(session.ask("we target Python 3.11"), TIMEOUT)
         assert end is not None and end.answer == "noted"
-        assert runtime.ledger.spent[session.id].tokens == 110
+        assert runtime.budgets.spent[session.id].tokens == 110
 
         await runtime.learning.refine(session.id, None)
-        spent = runtime.ledger.spent[session.id]
+        spent = runtime.budgets.spent[session.id]
         assert (spent.tokens, spent.steps) == (110 + 220, 2)  # counted at once
 
         # The budget's two calls are spent: the next refinement is refused and never made.
@@ -151,7 +151,7 @@ async def test_refinement_is_admitted_under_the_subtree_budget_at_once(
         assert refused.value.kind == "aborted"
         assert "2 model calls are spent" in str(refused.value)
         assert len(model.requests) == 2
-        assert runtime.ledger.spent[session.id].steps == 2
+        assert runtime.budgets.spent[session.id].steps == 2
 
 
 async def test_the_compaction_summary_goes_through_the_same_gateway(
@@ -180,6 +180,6 @@ async def test_the_compaction_summary_goes_through_the_same_gateway(
         assert isinstance(tail[1], ModelUsage) and tail[1].step == 0
         assert isinstance(tail[2], Compacted)
         assert len(runtime.retry_sleep.delays) == 1  # type: ignore[attr-defined]
-        spent = runtime.ledger.spent[session.id]
+        spent = runtime.budgets.spent[session.id]
         assert spent.steps == 3  # two turn steps and the summary, admitted and settled
         assert spent.held_steps == 0

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from recursa.control.autonomous import (
-    Continue,
     GateResult,
     Progress,
+    RunContinue,
     RunState,
+    RunStop,
     Spec,
-    Stop,
     TurnOutcome,
     decide,
     first_failure,
@@ -46,7 +46,7 @@ def test_every_gate_passing_is_success_and_says_so() -> None:
     decision = decide(
         spec, Progress(turns=2), [passed("make"), passed("make test")], rerun=True, turn=ANSWERED
     )
-    assert decision == Stop("passed", "autonomous: gates passed (2/2)")
+    assert decision == RunStop("passed", "autonomous: gates passed (2/2)")
     assert decision.success
 
 
@@ -59,7 +59,7 @@ def test_a_failed_gate_continues_with_its_output_and_what_is_left() -> None:
         rerun=True,
         turn=ANSWERED,
     )
-    assert isinstance(decision, Continue)
+    assert isinstance(decision, RunContinue)
     assert "(1/2 passed)" in decision.prompt
     assert f"Gate 2 of 2, `{GATE}`, failed (exit 1, 0.2 s)" in decision.prompt
     assert "Its output:\nmissing done.txt" in decision.prompt
@@ -69,7 +69,7 @@ def test_a_failed_gate_continues_with_its_output_and_what_is_left() -> None:
 def test_an_unchanged_workspace_is_told_to_the_model() -> None:
     spec = Spec(gates=(GATE,), max_turns=5)
     decision = decide(spec, Progress(turns=2), [failed()], rerun=False, turn=ANSWERED)
-    assert isinstance(decision, Continue)
+    assert isinstance(decision, RunContinue)
     assert "has not changed since gate 1 of 1" in decision.prompt
     assert "not run again" in decision.prompt
     assert "Its output" not in decision.prompt
@@ -78,7 +78,7 @@ def test_an_unchanged_workspace_is_told_to_the_model() -> None:
 def test_a_reached_limit_is_never_success_even_after_an_answer() -> None:
     spec = Spec(gates=(GATE,), max_turns=5)
     decision = decide(spec, Progress(turns=5), [failed()], rerun=True, turn=ANSWERED)
-    assert decision == Stop(
+    assert decision == RunStop(
         "max_turns", f"autonomous: stopped, max_turns 5 reached; gate {GATE!r} still failing"
     )
     assert not decision.success
@@ -87,7 +87,7 @@ def test_a_reached_limit_is_never_success_even_after_an_answer() -> None:
 def test_passing_on_the_last_allowed_turn_is_success() -> None:
     spec = Spec(gates=(GATE,), max_turns=1)
     decision = decide(spec, Progress(turns=1), [passed()], rerun=True, turn=ANSWERED)
-    assert isinstance(decision, Stop)
+    assert isinstance(decision, RunStop)
     assert decision.outcome == "passed"
 
 
@@ -102,7 +102,7 @@ def test_passing_on_the_last_allowed_turn_is_success() -> None:
 def test_each_limit_of_the_run_stops_it(progress: Progress, outcome: str, phrase: str) -> None:
     spec = Spec(gates=(GATE,), max_tokens=5000, max_cost=0.5, max_time=60)
     decision = decide(spec, progress, [failed()], rerun=True, turn=ANSWERED)
-    assert isinstance(decision, Stop)
+    assert isinstance(decision, RunStop)
     assert decision.outcome == outcome
     assert phrase in decision.detail
 
@@ -116,7 +116,7 @@ def test_a_budget_refusal_names_the_limit_nearest_to_being_spent() -> None:
     assert "the next model call would not fit" in phrase
     budget = TurnOutcome(reason="budget", detail="the budget ... is exhausted")
     decision = decide(spec, progress, [failed()], rerun=True, turn=budget)
-    assert isinstance(decision, Stop)
+    assert isinstance(decision, RunStop)
     assert decision.outcome == "max_tokens"
 
 
@@ -124,7 +124,7 @@ def test_a_failed_turn_stops_the_run_with_its_reason() -> None:
     spec = Spec(gates=(GATE,), max_turns=5)
     turn = TurnOutcome(reason="provider_error", detail="server_error: 500\nupstream")
     decision = decide(spec, Progress(turns=1), [failed()], rerun=True, turn=turn)
-    assert decision == Stop(
+    assert decision == RunStop(
         "error",
         "autonomous: stopped, the last turn ended with provider_error (server_error: 500 "
         f"upstream); gate {GATE!r} still failing",
@@ -135,10 +135,10 @@ def test_a_timed_out_gate_is_reported_as_such() -> None:
     spec = Spec(gates=("pytest",), max_turns=1)
     timeout = GateResult(gate="pytest", status="timeout", output="...", duration=600)
     decision = decide(spec, Progress(turns=1), [timeout], rerun=True, turn=ANSWERED)
-    assert isinstance(decision, Stop)
+    assert isinstance(decision, RunStop)
     assert decision.detail.endswith("gate 'pytest' still timing out")
     more = decide(Spec(gates=("pytest",)), Progress(turns=1), [timeout], rerun=True, turn=ANSWERED)
-    assert isinstance(more, Continue)
+    assert isinstance(more, RunContinue)
     assert "timed out after 600 s and was killed" in more.prompt
 
 
@@ -196,7 +196,7 @@ def test_the_run_state_round_trips_through_json() -> None:
         started=1234.5,
     )
     assert RunState.from_json(state.to_json()) == state
-    ended = state.ended(Stop("max_turns", "autonomous: stopped, ..."))
+    ended = state.ended(RunStop("max_turns", "autonomous: stopped, ..."))
     assert ended.status == "stopped"
     assert RunState.from_json(ended.to_json()) == ended
     assert RunState.from_json(None) is None

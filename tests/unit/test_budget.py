@@ -3,11 +3,11 @@ from __future__ import annotations
 from recursa.control.budget import (
     CHARS_PER_TOKEN_ESTIMATE,
     MIN_OUTPUT_TOKENS,
-    Ledger,
+    Budgets,
     Limit,
     Ticket,
 )
-from recursa.control.limits import Stop
+from recursa.control.limits import TurnStop
 from recursa.models.types import Usage
 
 
@@ -22,80 +22,80 @@ FREE = per_million(0, 0)
 
 
 def test_no_budget_admits_without_a_cap() -> None:
-    assert Ledger().admit(
+    assert Budgets().admit(
         (), input_chars=10_000, wanted_output=None, now=0, cost_of=FREE
     ) == Ticket(0, None)
 
 
 def test_output_is_capped_to_what_the_subtree_has_left() -> None:
-    ledger = Ledger()
+    budgets = Budgets()
     chain = (Limit("child", tokens=1000),)
-    ticket = ledger.admit(chain, input_chars=300, wanted_output=4096, now=0, cost_of=FREE)
+    ticket = budgets.admit(chain, input_chars=300, wanted_output=4096, now=0, cost_of=FREE)
     assert isinstance(ticket, Ticket)
     input_estimate = 300 // CHARS_PER_TOKEN_ESTIMATE + 1
     assert ticket.max_output_tokens == 1000 - input_estimate
 
 
 def test_concurrent_calls_cannot_spend_the_same_tokens() -> None:
-    ledger = Ledger()
+    budgets = Budgets()
     chain = (Limit("child", tokens=1000),)
-    first = ledger.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
-    second = ledger.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
-    third = ledger.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
+    first = budgets.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
+    second = budgets.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
+    third = budgets.admit(chain, input_chars=300, wanted_output=400, now=0, cost_of=FREE)
     assert isinstance(first, Ticket) and isinstance(second, Ticket)
     assert first.tokens + second.tokens <= 1000
-    assert isinstance(third, Stop) and third.reason == "budget"
+    assert isinstance(third, TurnStop) and third.reason == "budget"
     # Settling with what a call really used frees the rest of its reservation.
-    ledger.settle(first, Usage(input_tokens=90, output_tokens=10), 0.0)
-    again = ledger.admit(chain, input_chars=300, wanted_output=100, now=0, cost_of=FREE)
+    budgets.settle(first, Usage(input_tokens=90, output_tokens=10), 0.0)
+    again = budgets.admit(chain, input_chars=300, wanted_output=100, now=0, cost_of=FREE)
     assert isinstance(again, Ticket)
 
 
 def test_an_ancestor_budget_limits_every_descendant() -> None:
-    ledger = Ledger()
+    budgets = Budgets()
     parent = Limit("parent", tokens=500)
     child_chain = (Limit("child", tokens=10_000), parent)
-    ticket = ledger.admit(child_chain, input_chars=600, wanted_output=None, now=0, cost_of=FREE)
+    ticket = budgets.admit(child_chain, input_chars=600, wanted_output=None, now=0, cost_of=FREE)
     assert isinstance(ticket, Ticket)
     assert ticket.max_output_tokens == 500 - (600 // CHARS_PER_TOKEN_ESTIMATE + 1)
-    ledger.settle(ticket, Usage(input_tokens=300, output_tokens=150), 0.0)
-    sibling = ledger.admit((parent,), input_chars=300, wanted_output=None, now=0, cost_of=FREE)
-    assert isinstance(sibling, Stop)
+    budgets.settle(ticket, Usage(input_tokens=300, output_tokens=150), 0.0)
+    sibling = budgets.admit((parent,), input_chars=300, wanted_output=None, now=0, cost_of=FREE)
+    assert isinstance(sibling, TurnStop)
     assert "parent" in sibling.detail
 
 
 def test_steps_time_and_cost() -> None:
-    ledger = Ledger()
+    budgets = Budgets()
     steps = (Limit("s", steps=1),)
-    ticket = ledger.admit(steps, input_chars=10, wanted_output=None, now=0, cost_of=FREE)
+    ticket = budgets.admit(steps, input_chars=10, wanted_output=None, now=0, cost_of=FREE)
     assert isinstance(ticket, Ticket)
     assert isinstance(
-        ledger.admit(steps, input_chars=10, wanted_output=None, now=0, cost_of=FREE), Stop
+        budgets.admit(steps, input_chars=10, wanted_output=None, now=0, cost_of=FREE), TurnStop
     )
 
     timed = (Limit("t", time=60, started=100),)
     assert isinstance(
-        ledger.admit(timed, input_chars=10, wanted_output=None, now=159, cost_of=FREE), Ticket
+        budgets.admit(timed, input_chars=10, wanted_output=None, now=159, cost_of=FREE), Ticket
     )
     assert isinstance(
-        ledger.admit(timed, input_chars=10, wanted_output=None, now=160, cost_of=FREE), Stop
+        budgets.admit(timed, input_chars=10, wanted_output=None, now=160, cost_of=FREE), TurnStop
     )
 
     priced = per_million(1.0, 4.0)  # $1 in, $4 out per million
     costed = (Limit("c", cost=0.001),)
-    capped = ledger.admit(costed, input_chars=300, wanted_output=None, now=0, cost_of=priced)
+    capped = budgets.admit(costed, input_chars=300, wanted_output=None, now=0, cost_of=priced)
     assert isinstance(capped, Ticket)
     assert capped.max_output_tokens is not None
     assert capped.cost <= 0.001 + 1e-12
-    unknown = ledger.admit(
+    unknown = budgets.admit(
         costed, input_chars=30, wanted_output=None, now=0, cost_of=lambda u: None
     )
-    assert isinstance(unknown, Stop)
+    assert isinstance(unknown, TurnStop)
 
 
 def test_a_call_too_small_to_be_useful_is_refused() -> None:
-    ledger = Ledger()
+    budgets = Budgets()
     chain = (Limit("tiny", tokens=MIN_OUTPUT_TOKENS + 10),)
     assert isinstance(
-        ledger.admit(chain, input_chars=90, wanted_output=None, now=0, cost_of=FREE), Stop
+        budgets.admit(chain, input_chars=90, wanted_output=None, now=0, cost_of=FREE), TurnStop
     )

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from recursa.control.goals import (
-    Continue,
+    GoalContinue,
+    GoalStop,
     GoalView,
-    Stop,
     after_turn,
     check_budget,
     check_objective,
@@ -35,7 +35,7 @@ def usage(tokens_in: int, tokens_out: int) -> ModelUsage:
 
 def test_an_answered_turn_is_continued_with_the_objective_and_the_budget_left() -> None:
     decision = after_turn(ACTIVE, "answered", waiting=False)
-    assert isinstance(decision, Continue)
+    assert isinstance(decision, GoalContinue)
     assert "ship the release notes" in decision.prompt
     assert "600 of 1,000 left" in decision.prompt
     assert "await goal.complete()" in decision.prompt
@@ -43,13 +43,13 @@ def test_an_answered_turn_is_continued_with_the_objective_and_the_budget_left() 
 
 def test_per_turn_limits_do_not_end_a_goal() -> None:
     for reason in ("max_steps", "max_tokens", "max_time"):
-        assert isinstance(after_turn(ACTIVE, reason, waiting=False), Continue)
+        assert isinstance(after_turn(ACTIVE, reason, waiting=False), GoalContinue)
 
 
 def test_a_spent_budget_stops_the_goal_before_anything_else() -> None:
     spent = GoalView("x", "active", budget=1000, used=1000)
     decision = after_turn(spent, "provider_error", waiting=True)
-    assert isinstance(decision, Stop)
+    assert isinstance(decision, GoalStop)
     assert decision.status == "exhausted"
     assert "1,000 of 1,000 tokens" in decision.notice
 
@@ -57,7 +57,7 @@ def test_a_spent_budget_stops_the_goal_before_anything_else() -> None:
 def test_a_failed_turn_pauses_the_goal() -> None:
     for reason in ("provider_error", "internal_error", "budget", "stuck", "empty_reply"):
         decision = after_turn(ACTIVE, reason, waiting=False)
-        assert isinstance(decision, Stop)
+        assert isinstance(decision, GoalStop)
         assert decision.status == "paused"
         assert reason in decision.notice
 

@@ -4,15 +4,15 @@ do after each of its turns.
 An autonomous run goes on turn after turn until every *gate* passes (a shell
 command that exits 0, checked after each turn) or a limit of the whole run
 is reached: turns (counted here), tokens, cost and wall clock (kept by the
-subtree budget ledger, :mod:`recursa.control.budget`). Gates run in order and
+subtree budgets, :mod:`recursa.control.budget`). Gates run in order and
 the first that fails ends the check, as ``&&`` would. A failed gate starts
 another turn that shows the model the gate's bounded output; when the
 workspace has not changed since a gate failed, the gate is not run again and
 the model is told so.
 
 :func:`decide` turns what happened (the gates' results, the turn's end, the
-run's progress) into :class:`Continue` (a prompt for the next turn) or
-:class:`Stop` (an outcome and the one line that says exactly why). Only the
+run's progress) into :class:`RunContinue` (a prompt for the next turn) or
+:class:`RunStop` (an outcome and the one line that says exactly why). Only the
 outcome ``passed`` is success: a reached limit never is, even when the last
 turn answered. Nothing here runs a gate, reads a clock or touches the store;
 the runtime does (:mod:`recursa.runtime.autonomy`).
@@ -112,7 +112,7 @@ class Spec:
 
     def budget(self) -> dict[str, JSONValue] | None:
         """The subtree budget (session meta ``budget``) that keeps the run's tokens,
-        cost and time: the ledger refuses a model call that would not fit."""
+        cost and time: the subtree budgets refuse a model call that would not fit."""
         values: dict[str, JSONValue] = {
             "tokens": self.max_tokens,
             "cost": self.max_cost,
@@ -258,7 +258,7 @@ class RunState:
             started=_float(data.get("started")) or 0.0,
         )
 
-    def ended(self, stop: Stop) -> RunState:
+    def ended(self, stop: RunStop) -> RunState:
         return replace(
             self,
             status="passed" if stop.outcome == "passed" else "stopped",
@@ -279,14 +279,14 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
-class Continue:
+class RunContinue:
     """Start another turn with ``prompt`` (a ``gate`` input)."""
 
     prompt: str
 
 
 @dataclass(frozen=True, slots=True)
-class Stop:
+class RunStop:
     """End the run. ``detail`` is the one line that says exactly why."""
 
     outcome: AutonomousOutcome
@@ -297,12 +297,12 @@ class Stop:
         return self.outcome == "passed"
 
 
-Decision = Continue | Stop
+Decision = RunContinue | RunStop
 
 
 @dataclass(frozen=True, slots=True)
 class TurnOutcome:
-    """How the turn the gates follow ended (``budget``: the ledger refused a call)."""
+    """How the turn the gates follow ended (``budget``: a subtree budget refused a call)."""
 
     reason: TurnEndReason
     detail: str = ""
@@ -330,7 +330,7 @@ def limit_reached(
 ) -> tuple[LimitName, str] | None:
     """The first limit of the run that is reached, as ``(name, phrase)``.
 
-    ``budget_stopped``: the ledger refused a model call of the last turn. Its
+    ``budget_stopped``: a subtree budget refused a model call of the last turn. Its
     reservations run ahead of what is spent, so the counters may all still be
     short of their limits; the limit that is then reported is the one nearest
     to being spent."""
@@ -372,18 +372,18 @@ def decide(
     total = len(spec.gates)
     failing = first_failure(spec, results)
     if failing is None:
-        return Stop("passed", f"autonomous: gates passed ({total}/{total})")
+        return RunStop("passed", f"autonomous: gates passed ({total}/{total})")
     still = _still_failing(spec, results, failing)
     if turn.reason in TURN_FAILURES:
         why = f"the last turn ended with {turn.reason}"
         if turn.detail:
             why += f" ({one_line(turn.detail, limit=200)})"
-        return Stop("error", f"autonomous: stopped, {why}; {still}")
+        return RunStop("error", f"autonomous: stopped, {why}; {still}")
     limit = limit_reached(spec, progress, budget_stopped=turn.reason == "budget")
     if limit is not None:
         name, phrase = limit
-        return Stop(name, f"autonomous: stopped, {phrase}; {still}")
-    return Continue(continuation(spec, progress, results, failing, rerun=rerun))
+        return RunStop(name, f"autonomous: stopped, {phrase}; {still}")
+    return RunContinue(continuation(spec, progress, results, failing, rerun=rerun))
 
 
 def continuation(
@@ -482,15 +482,15 @@ __all__ = [
     "MAX_GATES",
     "META_KEY",
     "TURN_FAILURES",
-    "Continue",
     "Decision",
     "GateResult",
     "LimitName",
     "Progress",
+    "RunContinue",
     "RunState",
     "RunStatus",
+    "RunStop",
     "Spec",
-    "Stop",
     "TurnOutcome",
     "continuation",
     "decide",

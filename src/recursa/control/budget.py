@@ -10,7 +10,7 @@ in one subtree can never together spend more than the budget, and a budget is
 exceeded only by as much as a call's real input exceeds its estimate (the
 estimate is deliberately high: three characters a token).
 
-Nothing here touches the store or a clock: :class:`Ledger` is fed the
+Nothing here touches the store or a clock: :class:`Budgets` is fed the
 usage and times by the runtime.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from recursa.control.limits import Stop
+from recursa.control.limits import TurnStop
 from recursa.models.types import Usage
 
 MIN_OUTPUT_TOKENS = 64
@@ -67,13 +67,13 @@ class Ticket:
     chain: tuple[str, ...] = ()
 
 
-Admission = Ticket | Stop
+Admission = Ticket | TurnStop
 
 CostOf = Callable[[Usage], float | None]
 
 
 @dataclass
-class Ledger:
+class Budgets:
     """Reservations and spending per budgeted session (the runtime owns one)."""
 
     spent: dict[str, Spent] = field(default_factory=dict)
@@ -147,15 +147,15 @@ class Ledger:
                 spent.steps += 1
 
 
-def _stop(limit: Limit, why: str) -> Stop:
-    return Stop("budget", f"the budget of session {limit.session_id} is exhausted: {why}")
+def _stop(limit: Limit, why: str) -> TurnStop:
+    return TurnStop("budget", f"the budget of session {limit.session_id} is exhausted: {why}")
 
 
 __all__ = [
     "CHARS_PER_TOKEN_ESTIMATE",
     "MIN_OUTPUT_TOKENS",
     "Admission",
-    "Ledger",
+    "Budgets",
     "Limit",
     "Spent",
     "Ticket",

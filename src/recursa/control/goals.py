@@ -11,13 +11,13 @@ work to sub-agents is not free for the goal either.
 :func:`after_turn` is asked at every turn's end of a session whose goal is
 active, in this order:
 
-1. the budget is spent → :class:`Stop` (``exhausted``);
+1. the budget is spent → :class:`GoalStop` (``exhausted``);
 2. the turn failed in a way another turn would repeat (the provider failed
    for good, a bug, the session's own budget, a stuck or empty model) →
-   :class:`Stop` (``paused``: a person looks, then resumes it);
+   :class:`GoalStop` (``paused``: a person looks, then resumes it);
 3. the turn was interrupted, or other input already waits (it starts the
    next turn anyway; the goal is continued after that one) → None;
-4. otherwise → :class:`Continue` with the prompt that names the objective
+4. otherwise → :class:`GoalContinue` with the prompt that names the objective
    and the budget left.
 
 A budget is checked between turns, so one turn may overrun it by what that
@@ -61,21 +61,21 @@ class GoalView:
 
 
 @dataclass(frozen=True, slots=True)
-class Continue:
+class GoalContinue:
     """Queue ``prompt`` to the session (source ``goal``, mode ``follow_up``)."""
 
     prompt: str
 
 
 @dataclass(frozen=True, slots=True)
-class Stop:
+class GoalStop:
     """Stop continuing: the goal becomes ``status``; ``notice`` says why, for the log."""
 
     status: Literal["paused", "exhausted"]
     notice: str
 
 
-Decision = Continue | Stop | None
+Decision = GoalContinue | GoalStop | None
 
 
 def after_turn(goal: GoalView, reason: TurnEndReason, *, waiting: bool) -> Decision:
@@ -84,20 +84,20 @@ def after_turn(goal: GoalView, reason: TurnEndReason, *, waiting: bool) -> Decis
     if goal.status != "active":
         return None
     if goal.budget is not None and goal.used >= goal.budget:
-        return Stop(
+        return GoalStop(
             "exhausted",
             f"goal budget spent ({goal.used:,} of {goal.budget:,} tokens): "
             f"the goal is no longer continued: {one_line(goal.objective, limit=120)}",
         )
     if reason in PAUSED_AFTER:
-        return Stop(
+        return GoalStop(
             "paused",
             f"goal paused: the turn ended with {reason}, which another turn would likely "
             "repeat; resume it when that is fixed (recursa goal resume)",
         )
     if reason not in CONTINUED_AFTER or waiting:
         return None
-    return Continue(continuation(goal))
+    return GoalContinue(continuation(goal))
 
 
 def continuation(goal: GoalView) -> str:
@@ -163,11 +163,11 @@ __all__ = [
     "MAX_BUDGET_TOKENS",
     "MAX_OBJECTIVE_CHARS",
     "PAUSED_AFTER",
-    "Continue",
     "Decision",
+    "GoalContinue",
     "GoalStatus",
+    "GoalStop",
     "GoalView",
-    "Stop",
     "after_turn",
     "budget_line",
     "check_budget",

@@ -1,4 +1,4 @@
-"""Per-turn limits as pure decisions: counters in, ``Stop`` or ``None`` out.
+"""Per-turn limits as pure decisions: counters in, ``TurnStop`` or ``None`` out.
 
 A turn is all the work one input causes: model calls, cells and the steering
 messages in between. Its limits are model calls (steps), tokens (input plus
@@ -15,7 +15,7 @@ from recursa.protocol.events import TurnEndReason
 
 
 @dataclass(frozen=True, slots=True)
-class Stop:
+class TurnStop:
     """End the turn. ``detail`` is one line for the user and the log."""
 
     reason: TurnEndReason
@@ -29,19 +29,19 @@ class TurnCounters:
     elapsed: float = 0.0
 
 
-def before_model_call(limits: Limits, counters: TurnCounters) -> Stop | None:
+def before_model_call(limits: Limits, counters: TurnCounters) -> TurnStop | None:
     """Whether another model call may start."""
     if limits.max_steps is not None and counters.steps >= limits.max_steps:
-        return Stop(
+        return TurnStop(
             "max_steps", f"reached the limit of {limits.max_steps} model calls (--max-steps)"
         )
     if limits.max_tokens is not None and counters.tokens >= limits.max_tokens:
-        return Stop(
+        return TurnStop(
             "max_tokens",
             f"used {counters.tokens:,} tokens, over the limit of {limits.max_tokens:,} (--max-tokens)",
         )
     if limits.max_time is not None and counters.elapsed >= limits.max_time:
-        return Stop(
+        return TurnStop(
             "max_time",
             f"ran {counters.elapsed:.0f} s, over the limit of {limits.max_time:.0f} s (--max-time)",
         )
@@ -61,4 +61,4 @@ def cell_timeout(limits: Limits, counters: TurnCounters) -> float:
     return limits.cell_timeout if left is None else max(0.5, min(limits.cell_timeout, left))
 
 
-__all__ = ["Stop", "TurnCounters", "before_model_call", "cell_timeout", "time_left"]
+__all__ = ["TurnCounters", "TurnStop", "before_model_call", "cell_timeout", "time_left"]

@@ -54,6 +54,7 @@ from recursa.daemon.paths import (
 from recursa.daemon.server import DaemonServer, bind_socket
 from recursa.errors import ConfigError, DaemonError, RecursaError, one_line
 from recursa.protocol.wire import Shutdown
+from recursa.supervisor import Supervisor
 
 
 class HostFactory(Protocol):
@@ -125,29 +126,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None:
+    """Serve until a stop, then close the host. The daemon's own background
+    tasks (signal handling, the stop watcher) run under one supervisor,
+    closed last; the host's run under the host's."""
     sock = bind_socket(paths)  # before the host starts threads: the umask is process-wide
     try:
-        token = ensure_token(paths)
-        opened, close = await factory(config, api_socket=paths.socket)
-        host, kernel_host = served(opened)
-        try:
-            if kernel_host is None:
-                logger.warning("the host serves no kernel routes: kernels cannot reach it")
-            server = DaemonServer(
-                host, paths=paths, sock=sock, token=token, kernel_host=kernel_host
-            )
-            await server.serve()
-        finally:
-            _force_on_signal(host)
-            await close()
+        async with Supervisor("daemon", logger=logger) as tasks:
+            token = ensure_token(paths)
+            opened, close = await factory(config, api_socket=paths.socket)
+            host, kernel_host = served(opened)
+            try:
+                if kernel_host is None:
+                    logger.warning("the host serves no kernel routes: kernels cannot reach it")
+                server = DaemonServer(
+                    host, paths=paths, sock=sock, token=token, kernel_host=kernel_host, tasks=tasks
+                )
+                await server.serve()
+            finally:
+                _force_on_signal(host, tasks)
+                await close()
     finally:
         sock.close()
 
 
-def _force_on_signal(host: Host) -> None:
+def _force_on_signal(host: Host, tasks: Supervisor) -> None:
     """While the host closes, a signal means: now (``shutdown(force=True)``)."""
     loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
 
     async def shutdown_now() -> None:
         try:
@@ -157,9 +161,8 @@ def _force_on_signal(host: Host) -> None:
 
     def force() -> None:
         logger.warning("signal while stopping: stopping now (force)")
-        task = loop.create_task(shutdown_now())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        if not tasks.closed:
+            tasks.start(shutdown_now(), name="shutdown now")
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, force)

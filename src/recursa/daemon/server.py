@@ -12,6 +12,10 @@ connections). Open event streams end with a shutdown line, uvicorn drains the
 rest, and :meth:`DaemonServer.serve` returns; the caller then closes the
 host. On the way out the socket and the state file are removed; after a
 crash they stay, and the next daemon (holding the lock) replaces them.
+
+The server's background tasks (the stop watcher, a shutdown a signal began)
+run under the daemon's :class:`~recursa.supervisor.Supervisor`, or under one
+of the server's own that :meth:`DaemonServer.serve` closes before it returns.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from recursa.daemon.paths import (
 from recursa.errors import DaemonError
 from recursa.protocol.events import PROTOCOL_VERSION
 from recursa.protocol.wire import HEARTBEAT_SECONDS, Shutdown
+from recursa.supervisor import Supervisor
 
 GRACEFUL_TIMEOUT = 10
 """Seconds uvicorn waits for open requests after a stop before cancelling them."""
@@ -120,6 +125,7 @@ class DaemonServer:
         kernel_host: KernelHost | None = None,
         kernel_auth: KernelAuth | None = None,
         heartbeat: float = HEARTBEAT_SECONDS,
+        tasks: Supervisor | None = None,
     ) -> None:
         self._host = host
         self._paths = paths
@@ -136,11 +142,14 @@ class DaemonServer:
         )
         self._server: QuietServer | None = None
         self._signals = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._owns_tasks = tasks is None
+        self._tasks = tasks or Supervisor("daemon server", logger=logger)
 
     async def serve(self, *, handle_signals: bool = True) -> DaemonState:
         """Write the state file, serve until a stop, clean up; returns the state
-        it served with. ``handle_signals`` needs the main thread."""
+        it served with. ``handle_signals`` needs the main thread. A shutdown a
+        signal began may outlive this call under the daemon's supervisor (it is
+        cancelled here when the server's supervisor is its own)."""
         server = self._server = make_server(self._app)
         state = DaemonState(
             pid=os.getpid(),
@@ -150,7 +159,7 @@ class DaemonServer:
             protocol=PROTOCOL_VERSION,
         )
         loop = asyncio.get_running_loop()
-        watcher = asyncio.create_task(self._exit_on_stop(server))
+        watcher = self._tasks.start(self._exit_on_stop(server), name="stop watcher")
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -162,6 +171,9 @@ class DaemonServer:
             for sig in signals:
                 loop.remove_signal_handler(sig)
             watcher.cancel()
+            await asyncio.wait([watcher])
+            if self._owns_tasks:
+                await self._tasks.aclose()
             self._remove_files(state)
         logger.info("stopped serving")
         return state
@@ -180,9 +192,9 @@ class DaemonServer:
         logger.warning("%s: stopping%s", signal.Signals(sig).name, " now (force)" if force else "")
         if force and self._server is not None:
             self._server.force_exit = True
-        task = asyncio.create_task(self._shutdown_host(force=force))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.start(
+            self._shutdown_host(force=force), name=f"shutdown on {signal.Signals(sig).name}"
+        )
 
     async def _shutdown_host(self, *, force: bool) -> None:
         try:

@@ -9,10 +9,10 @@ for ``rlm(spec=...)``: instructions, and optionally a model and a budget).
 Every change is a new :class:`EntryVersion`; nothing is edited in place.
 The entry's state is its newest version. Status:
 
-- ``proposed``: waiting for the review gate (global scope only);
+- ``proposed``: waiting for review (global scope only);
 - ``active``: applies (to its session when ``local``, to every later
   session when ``global``);
-- ``rejected``: the gate said no; the reasons are in ``review``;
+- ``rejected``: the review said no; the reasons are in ``review``;
 - ``rolled_back``: rolled back to before it existed, so it applies nowhere;
 - ``deleted``: deleted; its history stays.
 

@@ -1,7 +1,7 @@
-"""The review gate's pure parts: a static screen, the reviewer's prompt, its verdict.
+"""The harness review's pure parts: a static screen, the reviewer's prompt, its verdict.
 
-An entry promoted to global scope shapes every later session, so it passes
-a gate first: :func:`screen` lists what a person must see (reading secrets
+An entry promoted to global scope shapes every later session, so it is
+reviewed first: :func:`screen` lists what a person must see (reading secrets
 or the environment, sending data out, spawning shells, instructions that
 persist shortcuts around rules); :func:`review_prompt` asks an independent
 model call, with no tools, to judge the entry against

@@ -1,11 +1,11 @@
 """The Continual Harness as one object: edits staged and applied at turn
-boundaries, the review gate for global scope, audit and rollback.
+boundaries, the review of global entries, audit and rollback.
 
 Lifecycle of an edit: the model (``harness.create`` in its kernel), a
 refinement or a person asks for it; :meth:`Harness.stage` checks it (errors go
 straight back to the caller) and stores it; at the session's next turn
 boundary :meth:`Harness.apply_staged` writes a new version. A ``local`` entry
-is ``active`` at once. A ``global`` one passes the gate of its kind's policy
+is ``active`` at once. A ``global`` one is reviewed as its kind's policy says
 (``[harness] review_KIND``):
 
 - ``none``: active;
@@ -99,7 +99,7 @@ class Harness:
         if edit.op == "create":
             assert edit.kind and edit.title is not None and edit.scope
             draft = self._draft(edit, session_id)
-            status, review = self._gate(draft, edit.actor)
+            status, review = self._first_status(draft, edit.actor)
             return self.store.harness.write(
                 None,
                 entry_id=edit.entry_id,
@@ -130,7 +130,7 @@ class Harness:
                 scope=edit.scope,
                 meta=edit.meta or {},
             )
-            status, review = self._gate(draft, edit.actor)
+            status, review = self._first_status(draft, edit.actor)
             return self._next(current, draft, status, "update", edit, review=review)
         if edit.op == "delete":
             return self._next(current, current, "deleted", "delete", edit)
@@ -140,11 +140,11 @@ class Harness:
             return self._next(current, current, "rolled_back", "rollback", edit)
         old = self.store.harness.version(current.entry_id, edit.to_version)
         assert old is not None
-        status, review = self._gate(old, edit.actor)
+        status, review = self._first_status(old, edit.actor)
         return self._next(current, old, status, "rollback", edit, review=review)
 
     def _draft(self, edit: Edit, session_id: str) -> EntryVersion:
-        """The version an edit would write, for the gate to look at."""
+        """The version an edit would write, for the review to look at."""
         assert edit.kind and edit.title is not None and edit.scope
         return EntryVersion(
             entry_id=edit.entry_id,
@@ -204,9 +204,14 @@ class Harness:
             review=review,
         )
 
-    # -- the gate ------------------------------------------------------------------------
+    # -- the review ----------------------------------------------------------------------
 
-    def _gate(self, draft: EntryVersion, actor: Actor) -> tuple[Status, dict[str, object] | None]:
+    def _first_status(
+        self, draft: EntryVersion, actor: Actor
+    ) -> tuple[Status, dict[str, object] | None]:
+        """The status a new version starts in, and the review that says why:
+        local entries apply at once; global ones pass the screen and their
+        kind's review policy."""
         if draft.scope == "local":
             return "active", None
         findings = screen(draft)
@@ -274,7 +279,7 @@ class Harness:
     def _decide(
         self, ref: str, action: Literal["approve", "reject"], reason: str, actor: Actor
     ) -> EntryVersion:
-        """A person's (or the gate's) decision on a proposed version, as the next version."""
+        """A person's (or the reviewer's) decision on a proposed version, as the next version."""
         current = self.find(ref)
         if current.status != "proposed":
             raise UsageError(f"{current.entry_id} is {current.status}, not proposed")

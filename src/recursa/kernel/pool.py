@@ -1,9 +1,10 @@
 """Spare kernels kept warm, so a new session does not wait for a kernel to boot.
 
 A kernel takes about half a second to start; a session that gets one from the
-pool waits only for a silent ``chdir``. The pool owns its background tasks and
-its spare kernels: :meth:`KernelPool.aclose` cancels the one and shuts down
-the other, so nothing outlives it. A kernel handed out by :meth:`acquire` or
+pool waits only for a silent ``chdir``. The pool owns its background tasks
+(run under a :class:`~recursa.supervisor.Supervisor`: its own, or a group of
+its owner's) and its spare kernels: :meth:`KernelPool.aclose` cancels the one
+and shuts down the other, so nothing outlives it. A kernel handed out by :meth:`acquire` or
 :meth:`attach` belongs to the caller, who shuts it down; it outlives this
 process if that dies first, and a later pool can :meth:`attach` to it. Spares
 (and a kernel on its way out) outlive a process killed outright as well; a
@@ -24,6 +25,7 @@ from recursa.errors import KernelError
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+from recursa.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,8 @@ class KernelPool:
     :meth:`acquire`. Every kernel the pool hands out, attached ones included,
     keeps ``env`` (the session's allow-list) for all its restarts. The other
     options are passed to each :class:`Kernel`. Filling happens in background
-    tasks; a spare that fails to start is logged and not retried until the
+    tasks under ``tasks`` (which :meth:`aclose` closes; default: a supervisor
+    of the pool's own); a spare that fails to start is logged and not retried until the
     next :meth:`acquire`, so a broken interpreter cannot make the pool spin.
     """
 
@@ -50,6 +53,7 @@ class KernelPool:
         python: str = sys.executable,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        tasks: Supervisor | None = None,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
@@ -61,7 +65,9 @@ class KernelPool:
         self._interrupt_grace = interrupt_grace
         self._max_output_chars = max_output_chars
         self._spares: list[Kernel] = []
+        self._tasks = tasks or Supervisor("kernel pool", logger=log)
         self._filling: set[asyncio.Task[None]] = set()
+        """The starts in flight (their tasks), which callers wait on."""
         self._waiting = 0
         """Callers of :meth:`acquire` waiting for a start in flight: each
         counts on one of them."""
@@ -165,11 +171,8 @@ class KernelPool:
     async def aclose(self) -> None:
         """Cancel the background starts and shut down every spare. Idempotent."""
         self._closed = True
-        tasks = list(self._filling)
-        for task in tasks:
-            task.cancel()
         # A cancelled start shuts its own half-started kernel down.
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
         spares, self._spares = self._spares, []
         await asyncio.gather(*(k.shutdown() for k in spares), return_exceptions=True)
 
@@ -198,9 +201,7 @@ class KernelPool:
     def _top_up(self) -> None:
         missing = self._size - len(self._spares) - len(self._filling)
         for _ in range(max(missing, 0)):
-            task = asyncio.get_running_loop().create_task(
-                self._start_spare(), name="recursa-kernel-pool-fill"
-            )
+            task = self._tasks.start(self._start_spare(), name="recursa-kernel-pool-fill")
             self._filling.add(task)
             task.add_done_callback(self._filling.discard)
 

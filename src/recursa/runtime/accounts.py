@@ -6,11 +6,11 @@ and reviews it causes) is made through a :class:`~recursa.session.gateway.Gatewa
 that :meth:`Accounts.gateway` builds for the session and a model. The
 gateway admits the call under the budget of every budgeted session from the
 caller up to the root (its *chain*) and settles it in the one
-:class:`~recursa.control.budget.Ledger` of the runtime as soon as the call
+:class:`~recursa.control.budget.Budgets` of the runtime as soon as the call
 ends: a refinement's call is in the books at once, like a turn's.
 
 A chain's spending so far is read from the store once, when the chain is
-first used, and kept in the ledger from then on.
+first used, and kept in the budgets from then on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config
-from recursa.control.budget import Admission, Ledger, Limit, Spent, Ticket
+from recursa.control.budget import Admission, Budgets, Limit, Spent, Ticket
 from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
 from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
@@ -43,7 +43,7 @@ class Accounts:
         self.providers = providers
         self.clock = clock
         self.retry_sleep = retry_sleep
-        self.ledger = Ledger()
+        self.budgets = Budgets()
         """Reservations and spending against subtree budgets."""
         self._chains: dict[str, tuple[Limit, ...]] = {}
 
@@ -74,7 +74,7 @@ class Accounts:
             if session_id is None:
                 return Ticket(0, None)
             chars = len(request.system) + sum(len(_text(m)) for m in request.messages)
-            return self.ledger.admit(
+            return self.budgets.admit(
                 self.chain(session_id),
                 input_chars=chars,
                 wanted_output=request.max_output_tokens,
@@ -83,7 +83,7 @@ class Accounts:
             )
 
         def settle(ticket: Ticket, usage: Usage | None) -> None:
-            self.ledger.settle(ticket, usage, cost(usage) if usage is not None else None)
+            self.budgets.settle(ticket, usage, cost(usage) if usage is not None else None)
 
         return Gateway(
             GatewayDeps(
@@ -119,9 +119,9 @@ class Accounts:
                     started=as_float(budget.get("started")) or row.created_at,
                 )
                 limits.append(limit)
-                if row.id not in self.ledger.spent:
+                if row.id not in self.budgets.spent:
                     totals = self.store.usage_totals(row.id, tree=True)
-                    self.ledger.spent[row.id] = Spent(
+                    self.budgets.spent[row.id] = Spent(
                         tokens=totals.input_tokens + totals.output_tokens,
                         cost=totals.cost,
                         steps=totals.calls,

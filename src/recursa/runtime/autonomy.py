@@ -21,9 +21,8 @@ and only its head and tail are kept; at its timeout, or as soon as the shell
 exits, its whole process group is killed.
 
 The run's state lives in the session row (:data:`~recursa.control.autonomous.META_KEY`);
-its tokens, cost and time are a subtree budget (row meta ``budget``), which
-the ledger enforces before every model call of the session and its
-sub-agents. A daemon that stopped while a turn's gates ran checks that turn
+its tokens, cost and time are a subtree budget (row meta ``budget``),
+enforced before every model call of the session and its sub-agents. A daemon that stopped while a turn's gates ran checks that turn
 again when it comes back (:meth:`Autonomy.resume`).
 """
 
@@ -45,9 +44,9 @@ from typing import TYPE_CHECKING
 from recursa.control.autonomous import (
     DEFAULT_GATE_TIMEOUT,
     META_KEY,
-    Continue,
     GateResult,
     Progress,
+    RunContinue,
     RunState,
     Spec,
     TurnOutcome,
@@ -296,7 +295,7 @@ class Autonomy:
         self.runtime = runtime
         self.store = runtime.store
         self._locks: dict[str, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = runtime.tasks.group("autonomy")
 
     # -------------------------------------------------------------- starting
 
@@ -377,7 +376,7 @@ class Autonomy:
         outcome = TurnOutcome(reason=ended.reason, detail=ended.detail, turn=ended.turn)
         decision = decide(spec, progress, results, rerun=rerun, turn=outcome)
         workspace = state.fingerprint
-        if isinstance(decision, Continue) and rerun:
+        if isinstance(decision, RunContinue) and rerun:
             workspace = await self._fingerprint(session)  # as the failed gates left it
         new = replace(
             state,
@@ -387,7 +386,7 @@ class Autonomy:
             fingerprint=workspace,
         )
         with self.store.transaction():
-            if isinstance(decision, Continue):
+            if isinstance(decision, RunContinue):
                 self._save(session.id, new)
                 session.send(decision.prompt, mode="follow_up", source="gate")
             else:
@@ -395,7 +394,7 @@ class Autonomy:
                 session.record(
                     AutonomousEnded(outcome=decision.outcome, detail=decision.detail, turns=turns)
                 )
-        if not isinstance(decision, Continue):
+        if not isinstance(decision, RunContinue):
             log.info("session %s: %s", session.id, decision.detail)
 
     async def _run_gates(self, session: Session, spec: Spec, turn: int) -> list[GateResult]:
@@ -475,12 +474,10 @@ class Autonomy:
                 or end.turn <= state.checked_turn
             ):
                 continue
-            task = asyncio.create_task(
+            self._tasks.start(
                 self._resume(session, end, after_turn or self.after_turn),
                 name=f"autonomy {session.id}",
             )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
             checked.append(session.id)
         return checked
 
@@ -497,14 +494,11 @@ class Autonomy:
 
     async def join(self) -> None:
         """Wait for the checks :meth:`resume` started (tests; a shutdown cancels them)."""
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.join()
 
     async def aclose(self) -> None:
         """Cancel checks still running in the background (their gates are killed)."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.aclose()
 
 
 __all__ = [

@@ -158,10 +158,10 @@ class Goals:
         waiting = self.store.inbox.pending_count(session.id) > 0
         decision = decide.after_turn(self._view(goal), ended.reason, waiting=waiting)
         match decision:
-            case decide.Continue(prompt=prompt):
+            case decide.GoalContinue(prompt=prompt):
                 with self.store.transaction():
                     self._prompt(session, goal, prompt)
-            case decide.Stop(status=status, notice=notice):
+            case decide.GoalStop(status=status, notice=notice):
                 self._stop(session, goal, status, notice)
             case None:
                 pass

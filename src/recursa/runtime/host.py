@@ -36,8 +36,7 @@ class RuntimeHost:
         self.life = Life(started_at=wall())
         self.people = PeopleApi(runtime, self.life, self._stop)
         self.kernels = KernelApi(runtime)
-        self._scheduler: asyncio.Task[None] | None = None
-        self._ticks: asyncio.Task[None] | None = None
+        self._loops = runtime.tasks.group("host loops")
 
     async def start(self, *, idle_check: float = IDLE_CHECK_SECONDS) -> None:
         """Recover every session, then keep unloading idle ones and delivering
@@ -46,8 +45,8 @@ class RuntimeHost:
         await self.runtime.recover()
         self.life.recovery_seconds = time.monotonic() - began
         self.life.recovering = False
-        self._scheduler = asyncio.create_task(self._unload_loop(idle_check), name="idle unloading")
-        self._ticks = asyncio.create_task(self.runtime.scheduler.run(), name="scheduled prompts")
+        self._loops.start(self._unload_loop(idle_check), name="idle unloading")
+        self._loops.start(self.runtime.scheduler.run(), name="scheduled prompts")
 
     async def _unload_loop(self, every: float) -> None:
         while True:
@@ -67,16 +66,8 @@ class RuntimeHost:
         turns are interrupted and each kernel's namespace is snapshotted before it
         stops; with ``force``, kernels stop without snapshots (the last checkpoints
         stay). Active goals stay active: the next start continues them."""
-        for task in (self._scheduler, self._ticks):
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                except Exception:  # a loop that died must not stop the shutdown
-                    log.exception("a background loop had failed")
-        self._scheduler = self._ticks = None
+        # A loop that died was logged when it did; closing never raises for it.
+        await self._loops.aclose()
         await self.runtime.aclose(snapshot=not force)
 
 

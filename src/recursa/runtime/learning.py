@@ -6,14 +6,13 @@ model-call gateway of the session they serve (:mod:`recursa.session.gateway`):
 admitted under its subtree's budgets, retried, and counted in its books at
 once, like any other.
 
-The harness itself (versions, the gate, audit) is
+The harness itself (versions, the review, audit) is
 :class:`recursa.harness.service.Harness`; this module gives it models,
 sessions and kernels.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -58,7 +57,7 @@ class Learning:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.harness = Harness(runtime.store, runtime.config.harness)
-        self._reviews: set[asyncio.Task[EntryVersion]] = set()
+        self._reviews = runtime.tasks.group("reviews")
 
     # -- what a session sees -----------------------------------------------------------
 
@@ -115,11 +114,10 @@ class Learning:
                 self._start_review(version)
 
     def _start_review(self, version: EntryVersion) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self.review(version), name=f"review {version.entry_id}"
-        )
-        self._reviews.add(task)
-        task.add_done_callback(self._reviews.discard)
+        if self._reviews.closed:  # a turn that ends while the runtime closes
+            log.info("not reviewing %s: the runtime is closing", version.entry_id)
+            return
+        self._reviews.start(self.review(version), name=f"review {version.entry_id}")
 
     async def review(self, version: EntryVersion) -> EntryVersion:
         """The model review of one proposed version; its call is counted in the
@@ -143,15 +141,11 @@ class Learning:
 
     async def wait_reviews(self) -> None:
         """Until the reviews started so far are done (tests, shutdown)."""
-        while self._reviews:
-            await asyncio.gather(*list(self._reviews), return_exceptions=True)
+        await self._reviews.join()
 
     async def aclose(self) -> None:
         """Cancel the reviews still running (their entries stay proposed)."""
-        tasks = list(self._reviews)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._reviews.aclose()
 
     def _evidence(self, version: EntryVersion) -> str:
         if version.session_id is None:

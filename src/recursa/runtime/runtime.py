@@ -2,8 +2,10 @@
 
 ``recursa run --no-daemon``, the SDK and the tests host it in-process; the
 daemon hosts the same object (:mod:`recursa.runtime.host`). It owns every
-task and process it starts: :meth:`aclose` stops sessions, shuts kernels down
-and closes the store.
+task and process it starts: every background task runs under its
+:class:`~recursa.supervisor.Supervisor` (``runtime.tasks``), and :meth:`aclose`
+stops sessions, cancels what is still running, shuts kernels down and closes
+the store.
 
 Sessions live in the store; a :class:`~recursa.session.Session` object is
 made for one when it is needed (:meth:`get`) and kept while the runtime runs.
@@ -28,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from recursa.config import Config, Limits
-from recursa.control.budget import Ledger
+from recursa.control.budget import Budgets
 from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
 from recursa.models.registry import Providers
@@ -36,14 +38,15 @@ from recursa.protocol.events import SessionCreated
 from recursa.runtime.accounts import Accounts, as_int
 from recursa.runtime.autonomy import Autonomy
 from recursa.runtime.boundaries import Boundaries, TurnControl
-from recursa.runtime.gate import KernelGate
 from recursa.runtime.goals import Goals
+from recursa.runtime.kernel_cap import KernelCap
 from recursa.runtime.learning import Learning
 from recursa.runtime.scheduling import Scheduler
 from recursa.runtime.tree import Pulse, Tree
 from recursa.session import Session, SessionDeps
 from recursa.session.compaction import check_context_window
 from recursa.store import DB_FILE_NAME, JSONValue, SessionRow, Store
+from recursa.supervisor import Supervisor
 
 EMBEDDED_DEFAULT = "local/qwen2.5-coder-1.5b"
 
@@ -60,8 +63,12 @@ class Runtime:
         providers: Providers | None = None,
         clock: Callable[[], float] = time.monotonic,
         retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tasks: Supervisor | None = None,
     ) -> None:
         self.config = config
+        self.tasks = tasks or Supervisor("runtime", logger=log)
+        """Every background task of the runtime (session workers, kernel starts,
+        reviews, autonomous checks, the host's loops) runs under it."""
         self.store = store
         self.kernels = kernels
         self.providers = providers or Providers(config)
@@ -79,7 +86,7 @@ class Runtime:
         """Every session's host: its turns' start and end (:mod:`recursa.runtime.boundaries`)."""
         self.api_socket: Path | None = None
         """Where kernels reach the kernel API (set by whoever serves it)."""
-        self.gate = KernelGate(
+        self.kernel_cap = KernelCap(
             kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
         )
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
@@ -108,6 +115,7 @@ class Runtime:
     ) -> Runtime:
         """Open the store under ``config.home`` and start keeping ``warm_kernels`` ready."""
         store = Store.open(config.home / DB_FILE_NAME)
+        tasks = Supervisor("runtime", logger=log)
         kernels = KernelPool(
             config.kernel.env,
             size=warm_kernels,
@@ -115,10 +123,13 @@ class Runtime:
             startup_timeout=config.kernel.startup_timeout,
             interrupt_grace=config.kernel.interrupt_grace,
             max_output_chars=config.kernel.max_output_chars,
+            tasks=tasks.group("kernel pool"),
         )
         if warm_kernels:
             await kernels.start()
-        return cls(config, store, kernels=kernels, clock=clock, retry_sleep=retry_sleep)
+        return cls(
+            config, store, kernels=kernels, clock=clock, retry_sleep=retry_sleep, tasks=tasks
+        )
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -211,9 +222,9 @@ class Runtime:
         self.accounts.forget(session_id)
 
     @property
-    def ledger(self) -> Ledger:
+    def budgets(self) -> Budgets:
         """Reservations and spending against subtree budgets."""
-        return self.accounts.ledger
+        return self.accounts.budgets
 
     @property
     def closed(self) -> bool:
@@ -229,7 +240,7 @@ class Runtime:
         info = self.providers.info(row.model)
         deps = SessionDeps(
             store=self.store,
-            kernels=self.gate,
+            kernels=self.kernel_cap,
             gateway=self.accounts.gateway(row.id, row.model),
             # Compaction works to the session's own window (--context-window), else the model's.
             model_info=replace(
@@ -241,6 +252,7 @@ class Runtime:
             clock=self.clock,
             workspace=Path(row.workspace),
             host=self.boundaries,
+            tasks=self.tasks,
             snapshot_max_bytes=self.config.sessions.snapshot_max_bytes,
             checkpoint_each_turn=self.config.sessions.checkpoint_each_turn,
             prestart_kernel=row.parent_id is None,
@@ -337,9 +349,17 @@ class Runtime:
             await self.kernels.aclose()
         finally:
             try:
+                await self._cancel_the_rest()
                 await self.providers.aclose()
             finally:
                 self.store.close()
+
+    async def _cancel_the_rest(self) -> None:
+        """Every owner has ended its tasks by now; what still runs is named, then cancelled."""
+        left = self.tasks.running()
+        if left:
+            log.warning("cancelling tasks still running at close: %s", ", ".join(left))
+        await self.tasks.aclose()
 
 
 def _limits(row: SessionRow, default: Limits) -> Limits:

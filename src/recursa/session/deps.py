@@ -15,6 +15,7 @@ from recursa.protocol.events import TurnEnded
 from recursa.session.gateway import Gateway
 from recursa.session.kernel_slot import KernelSource
 from recursa.store import Store
+from recursa.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from recursa.session.session import Session
@@ -62,6 +63,8 @@ class SessionDeps:
     clock: Callable[[], float]
     workspace: Path
     host: SessionHost
+    tasks: Supervisor
+    """The runtime's: the session's worker and its kernel's start and unload run under it."""
     supplements: tuple[str, ...] = field(default_factory=tuple)
     snapshot_max_bytes: int = 1 << 30
     checkpoint_each_turn: bool = True

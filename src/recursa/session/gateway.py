@@ -8,7 +8,7 @@ through a :class:`Gateway`, so each of them gets, in this order:
 2. the output cap the budgets leave (never above the request's own);
 3. retries of retryable failures, each told as a ``model_retry`` event;
 4. settlement: the reservation is replaced by the call's real usage in the
-   runtime's ledger as soon as the call ends (or is cancelled), so the books
+   runtime's budgets as soon as the call ends (or is cancelled), so the books
    count it at once;
 5. one ``model_usage`` event (input, output, cache-read and cache-write
    tokens, cost, latency on the injected clock), carried by the call's
@@ -26,7 +26,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from recursa.control.budget import Admission, Ticket
-from recursa.control.limits import Stop
+from recursa.control.limits import TurnStop
 from recursa.errors import ProviderError
 from recursa.models.retry import with_retries
 from recursa.models.types import Done, Failed, Request, Retrying, StreamEvent, Usage, UserMessage
@@ -53,7 +53,7 @@ class GatewayDeps:
     max_retries: int
     retry_sleep: Callable[[float], Awaitable[None]]
     admit: Callable[[Request], Admission] = lambda request: Ticket(0, None)
-    """Before the call: a ticket, or a ``Stop`` when a subtree budget is spent."""
+    """Before the call: a ticket, or a ``TurnStop`` when a subtree budget is spent."""
     settle: Callable[[Ticket, Usage | None], None] = lambda ticket, usage: None
     """After the call, with its usage (None: it used nothing the books count)."""
 
@@ -79,7 +79,7 @@ class Gateway:
         settled even when the consumer stops early or is cancelled."""
         deps = self.deps
         admission = deps.admit(request)
-        if isinstance(admission, Stop):
+        if isinstance(admission, TurnStop):
             yield CallEnded(Refused(admission.reason, admission.detail))
             return
         if admission.max_output_tokens is not None:

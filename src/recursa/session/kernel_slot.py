@@ -33,6 +33,7 @@ from recursa.kernel import CellOutput, Kernel, OutputPart, bound_text
 from recursa.protocol.events import CellFinished, Event, EventRecord, KernelStatus, Notice
 from recursa.protocol.events import CellOutput as CellOutputEvent
 from recursa.store import Store
+from recursa.supervisor import Supervisor
 
 log = logging.getLogger("recursa.session")
 
@@ -54,6 +55,8 @@ class KernelSource(Protocol):
 class SlotDeps:
     store: Store
     kernels: KernelSource
+    tasks: Supervisor
+    """Where the kernel's start and unload run (awaited here, cancelled if left at close)."""
     record: Callable[[Event], EventRecord]
     limits: Limits
     snapshot_max_bytes: int
@@ -69,7 +72,8 @@ class KernelSlot:
         self.cwd = cwd
         self.snapshot_path = workspace / SNAPSHOT_FILE
         self.deps = deps
-        self._task: asyncio.Task[Kernel] | None = None
+        self._task: asyncio.Future[Kernel] | None = None
+        """The kernel: being got, got, or failed to be got."""
         self._dirty = False
         self._bound: tuple[int, int, str] | None = None
         self._unloading: asyncio.Future[None] | None = None
@@ -85,7 +89,9 @@ class KernelSlot:
         """Start getting a kernel now, so it is ready when the first cell comes
         (the first model call is usually still in flight)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._obtain(), name=f"kernel {self.session_id}")
+            self._task = self.deps.tasks.start(
+                self._obtain(), name=f"kernel {self.session_id}", awaited=True
+            )
 
     async def kernel(self) -> Kernel:
         self.prestart()
@@ -120,10 +126,8 @@ class KernelSlot:
             self.deps.store.kernels.forget(self.session_id)
             return False
 
-        async def attached() -> Kernel:
-            return kernel
-
-        self._task = asyncio.create_task(attached())
+        self._task = asyncio.get_running_loop().create_future()
+        self._task.set_result(kernel)
         self._dirty = True  # cells may have run after its last snapshot
         self.deps.record(
             KernelStatus(
@@ -274,11 +278,13 @@ class KernelSlot:
         task, self._task = self._task, None
         if task is None:
             return
-        unloading = asyncio.ensure_future(self._unload(task))
+        unloading = self.deps.tasks.start(
+            self._unload(task), name=f"unload {self.session_id}", awaited=True
+        )
         self._unloading = unloading
         await asyncio.shield(unloading)
 
-    async def _unload(self, task: asyncio.Task[Kernel]) -> None:
+    async def _unload(self, task: asyncio.Future[Kernel]) -> None:
         try:
             kernel = await task
         except (KernelError, asyncio.CancelledError):

@@ -78,6 +78,7 @@ class Session:
             SlotDeps(
                 store=deps.store,
                 kernels=deps.kernels,
+                tasks=deps.tasks,
                 record=self.record,
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
@@ -263,7 +264,7 @@ class Session:
     # ------------------------------------------------------------------ turns
 
     def _start_worker(self, *, resume: Cut | None = None) -> None:
-        self._worker = asyncio.create_task(self._work(resume), name=f"session {self.id}")
+        self._worker = self.deps.tasks.start(self._work(resume), name=f"session {self.id}")
         self._worker.add_done_callback(lambda _: self.deps.host.activity())
 
     async def _work(self, resume: Cut | None) -> None:

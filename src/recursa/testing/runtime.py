@@ -49,7 +49,7 @@ async def make_runtime(
     Retries sleep through ``retry_sleep`` (a fresh :class:`RecordingSleep` by
     default, reachable as ``runtime.retry_sleep``); ``clock`` replaces the
     monotonic clock (idle unloading, limits); ``sessions`` and ``agents`` the
-    lifecycle and sub-agent settings; ``harness`` the review gate. With ``api`` (the default) the kernel-side
+    lifecycle and sub-agent settings; ``harness`` the harness review settings. With ``api`` (the default) the kernel-side
     API is served in-process, so kernels can use ``rlm`` and ``agent_message``.
     """
     config = load_config(overrides={"RECURSA_HOME": str(home), **(env or {})})

@@ -1,6 +1,6 @@
 """A cap on live kernels, so a wide tree of sub-agents fits in memory.
 
-Every kernel a session gets passes the gate. When ``max_kernels`` are alive,
+Every kernel a session gets is counted against the cap. When ``max_kernels`` are alive,
 the session that has been idle longest is unloaded (its namespace snapshotted,
 its kernel stopped; its next input restores it) to make room; when no session
 is idle, the request waits until a kernel is released. Sessions release their
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("recursa.runtime")
 
 
-class KernelGate:
+class KernelCap:
     """The sessions' source of kernels: the pool, behind a cap."""
 
     def __init__(
@@ -95,6 +95,8 @@ class KernelGate:
         finally:
             for waiting in waits:
                 waiting.cancel()
+            # Ended here, so no wait outlives the call (the leak check counts them).
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def _longest_idle(self) -> Session | None:
         """The idle session whose kernel is ready (not starting: that may be
@@ -105,4 +107,4 @@ class KernelGate:
         return min(idle, key=lambda s: s.idle_since, default=None)
 
 
-__all__ = ["KernelGate"]
+__all__ = ["KernelCap"]

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from recursa.runtime.gate import KernelGate
+from recursa.runtime.kernel_cap import KernelCap
 from recursa.runtime.tree import Pulse
 
 
 @dataclass
 class StandIn:
     id: str
-    gate: KernelGate | None = None
+    cap: KernelCap | None = None
     kernel_ready: bool = True
     running: bool = False
     status: str = "idle"
@@ -26,8 +26,8 @@ class StandIn:
         self.unloads.append(self.id)
         self.kernel_ready = False
         self.status = "inactive"
-        assert self.gate is not None
-        self.gate.release()
+        assert self.cap is not None
+        self.cap.release()
 
 
 class Pool:
@@ -35,13 +35,13 @@ class Pool:
         return f"kernel in {cwd}"
 
 
-def gate_over(sessions: list[StandIn], limit: int, pulse: Pulse) -> KernelGate:
-    gate = KernelGate(cast(Any, Pool()), limit, lambda: cast(Any, sessions), pulse)
+def cap_over(sessions: list[StandIn], limit: int, pulse: Pulse) -> KernelCap:
+    cap = KernelCap(cast(Any, Pool()), limit, lambda: cast(Any, sessions), pulse)
     for session in sessions:
-        session.gate = gate
+        session.cap = cap
         if session.kernel_ready:
-            gate.live += 1
-    return gate
+            cap.live += 1
+    return cap
 
 
 async def test_a_waiter_takes_the_kernel_of_a_holder_that_goes_idle() -> None:
@@ -49,14 +49,14 @@ async def test_a_waiter_takes_the_kernel_of_a_holder_that_goes_idle() -> None:
     # releasing anything. The request must not wait for a release that never comes.
     busy = StandIn("busy", running=True, status="running")
     pulse = Pulse()
-    gate = gate_over([busy], limit=1, pulse=pulse)
-    request = asyncio.ensure_future(gate.acquire(Path("/w")))
+    cap = cap_over([busy], limit=1, pulse=pulse)
+    request = asyncio.ensure_future(cap.acquire(Path("/w")))
     await asyncio.sleep(0)  # let it find no room (a scheduling step, not a timing guess)
     assert not request.done()
     busy.running, busy.status = False, "idle"
     pulse.notify()
     assert await asyncio.wait_for(request, 5) == "kernel in /w"
-    assert busy.unloads == ["busy"] and gate.live == 1
+    assert busy.unloads == ["busy"] and cap.live == 1
 
 
 async def test_a_session_whose_kernel_is_starting_is_never_the_victim() -> None:
@@ -65,6 +65,6 @@ async def test_a_session_whose_kernel_is_starting_is_never_the_victim() -> None:
     starting = StandIn("starting", kernel_ready=False, idle_since=0.0)
     older = StandIn("older", idle_since=1.0)
     newer = StandIn("newer", idle_since=2.0)
-    gate = gate_over([starting, older, newer], limit=2, pulse=Pulse())
-    assert await asyncio.wait_for(gate.acquire(Path("/w")), 5) == "kernel in /w"
+    cap = cap_over([starting, older, newer], limit=2, pulse=Pulse())
+    assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
     assert (starting.unloads, older.unloads, newer.unloads) == ([], ["older"], [])
