@@ -47,19 +47,18 @@ def dump(value: object) -> None:
 def print_listing(
     items: Sequence[object],
     json_out: bool,
-    *,
     empty: str,
     columns: Sequence[Col],
-    rows: Callable[[], Iterable[Row | Sequence[str]]],
+    rows: Iterable[Row | Sequence[str]],
 ) -> None:
-    """A listing: a JSON list with ``json_out``, else ``empty`` on stderr when
-    there is nothing, else the table of ``rows()``."""
+    """A listing: the items as a JSON list with ``json_out``, else ``empty`` on
+    stderr when there are none, else the table of ``rows`` (read only then)."""
     if json_out:
         dump([to_json(item) for item in items])
     elif not items:
         print(empty, file=sys.stderr)
     else:
-        print_table(columns, rows())
+        print_table(columns, rows)
 
 
 def typed_text(text: str) -> str:

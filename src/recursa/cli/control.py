@@ -163,13 +163,8 @@ def list_jobs(
     """Scheduled jobs: id, session, schedule, next tick, ticks delivered, prompt."""
     jobs = _with_client(lambda c: c.call(ops.SCHEDULES, ops.ScheduleQuery(session, everything)))
     columns = JOB_COLUMNS if everything else tuple(c for c in JOB_COLUMNS if c.header != "STATUS")
-    print_listing(
-        jobs,
-        json_out,
-        empty="no scheduled jobs",
-        columns=columns,
-        rows=lambda: (_row(job, with_status=everything) for job in jobs),
-    )
+    rows = (_row(job, with_status=everything) for job in jobs)
+    print_listing(jobs, json_out, "no scheduled jobs", columns, rows)
 
 
 JOB_COLUMNS = (

@@ -64,13 +64,8 @@ def list_entries(
     entries = _with_client(
         lambda c: c.call(ops.HARNESS_LIST, ops.HarnessQuery(kind, scope, status))
     )
-    print_listing(
-        entries,
-        json_out,
-        empty="no harness entries",
-        columns=ENTRY_COLUMNS,
-        rows=lambda: ((e.id, e.kind, e.title, e.scope, e.status, f"v{e.version}") for e in entries),
-    )
+    rows = ((e.id, e.kind, e.title, e.scope, e.status, f"v{e.version}") for e in entries)
+    print_listing(entries, json_out, "no harness entries", ENTRY_COLUMNS, rows)
 
 
 ENTRY_COLUMNS = (
@@ -167,13 +162,8 @@ def log(
 ) -> None:
     """What changed, when, by whom, why, and from which evidence (newest first)."""
     versions = _with_client(lambda c: c.call(ops.HARNESS_LOG, ops.LogQuery(limit)))
-    print_listing(
-        versions,
-        json_out,
-        empty="no harness changes yet",
-        columns=LOG_COLUMNS,
-        rows=lambda: (_log_cells(v, with_entry=True) for v in versions),
-    )
+    rows = (_log_cells(v, with_entry=True) for v in versions)
+    print_listing(versions, json_out, "no harness changes yet", LOG_COLUMNS, rows)
 
 
 HISTORY_COLUMNS = (

@@ -41,24 +41,19 @@ def agents(
     """The session tree: status, model, usage and last activity of every session."""
     infos = with_client(lambda client: client.sessions())
     now = time.time()
-    print_listing(
-        infos,
-        json_out,
-        empty="no sessions yet: recursa run TASK",
-        columns=AGENT_COLUMNS,
-        rows=lambda: (
-            (
-                _branch(depth) + info.id,
-                info.name or "",
-                info.status,
-                info.model,
-                f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
-                cost_text(info.usage),
-                _ago(now - info.last_activity),
-            )
-            for depth, info in _tree(infos)
-        ),
+    rows = (
+        (
+            _branch(depth) + info.id,
+            info.name or "",
+            info.status,
+            info.model,
+            f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
+            cost_text(info.usage),
+            _ago(now - info.last_activity),
+        )
+        for depth, info in _tree(infos)
     )
+    print_listing(infos, json_out, "no sessions yet: recursa run TASK", AGENT_COLUMNS, rows)
 
 
 AGENT_COLUMNS = (
