@@ -166,25 +166,16 @@ def log(
     print_listing(versions, json_out, "no harness changes yet", LOG_COLUMNS, rows)
 
 
-HISTORY_COLUMNS = (
-    Col("WHEN"),
-    Col("VERSION"),
+_CHANGE_COLUMNS = (
     Col("ACTION"),
     Col("ACTOR"),
     Col("STATUS"),
     Col("REASON", flex=True),
     Col("EVIDENCE", flex=True),
 )
-LOG_COLUMNS = (
-    Col("WHEN"),
-    Col("ENTRY"),
-    Col("TITLE", flex=True),
-    Col("ACTION"),
-    Col("ACTOR"),
-    Col("STATUS"),
-    Col("REASON", flex=True),
-    Col("EVIDENCE", flex=True),
-)
+"""What every version row ends with: the change, who made it, why, the evidence."""
+HISTORY_COLUMNS = (Col("WHEN"), Col("VERSION"), *_CHANGE_COLUMNS)
+LOG_COLUMNS = (Col("WHEN"), Col("ENTRY"), Col("TITLE", flex=True), *_CHANGE_COLUMNS)
 
 
 def _log_cells(v: HarnessEntry, *, with_entry: bool) -> tuple[str, ...]:
