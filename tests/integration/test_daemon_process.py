@@ -113,7 +113,7 @@ async def test_a_second_daemon_for_the_same_home_refuses(
     ]
     with pytest.raises(DaemonError, match=f"already running .* \\(pid {running.pid}\\)"):
         await process.start(home, env=env, host_factory=FAKE)
-    assert (await process.ensure_running(home, env=env, host_factory=FAKE)).pid == running.pid
+    assert (await process.start(home, env=env, host_factory=FAKE, reuse=True)).pid == running.pid
 
 
 async def test_after_kill_9_a_new_daemon_replaces_the_stale_files(
@@ -129,7 +129,7 @@ async def test_after_kill_9_a_new_daemon_replaces_the_stale_files(
     stale = read_state(paths)
     assert stale is not None and stale.pid == first.pid
 
-    second = await process.ensure_running(home, env=env, host_factory=FAKE)
+    second = await process.start(home, env=env, host_factory=FAKE, reuse=True)
     assert second.pid != first.pid
     assert read_state(paths) == second
     async with DaemonClient(home) as client:
@@ -216,7 +216,7 @@ async def test_a_daemon_that_fails_to_start_reports_its_last_log_line(
 
 async def test_concurrent_starters_share_one_daemon(home: Path, env: dict[str, str]) -> None:
     states = await asyncio.gather(
-        *(process.ensure_running(home, env=env, host_factory=FAKE) for _ in range(3))
+        *(process.start(home, env=env, host_factory=FAKE, reuse=True) for _ in range(3))
     )
     assert len({s.pid for s in states}) == 1
     # The other spawned daemons found the lock taken and exit on their own.

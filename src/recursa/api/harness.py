@@ -82,10 +82,7 @@ class HarnessApi:
             "title": _text(title, "title"),
             "content": _str(content, "content"),
             "scope": _choice(scope, "scope", SCOPES),
-            "code": _optional_str(code, "code"),
-            "meta": _meta(meta),
-            "reason": _str(reason, "reason"),
-            "effect": _str(effect, "effect"),
+            **_shared_fields(code, meta, reason, effect),
         }
         return await _edit("create", None, body, "harness.create()")
 
@@ -106,11 +103,8 @@ class HarnessApi:
         body = {
             "title": None if title is None else _text(title, "title"),
             "content": _optional_str(content, "content"),
-            "code": _optional_str(code, "code"),
             "scope": None if scope is None else _choice(scope, "scope", SCOPES),
-            "meta": _meta(meta),
-            "reason": _str(reason, "reason"),
-            "effect": _str(effect, "effect"),
+            **_shared_fields(code, meta, reason, effect),
         }
         return await _edit("update", entry, body, "harness.update()")
 
@@ -255,11 +249,22 @@ def _optional_str(value: object, name: str) -> str | None:
 
 
 def _choice(value: object, name: str, allowed: tuple[str, ...]) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if value not in allowed:
+    text = _str(value, name)
+    if text not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-    return value
+    return text
+
+
+def _shared_fields(
+    code: str | None, meta: Mapping[str, object] | None, reason: str, effect: str
+) -> dict[str, object]:
+    """The checked fields that ``create`` and ``update`` both send."""
+    return {
+        "code": _optional_str(code, "code"),
+        "meta": _meta(meta),
+        "reason": _str(reason, "reason"),
+        "effect": _str(effect, "effect"),
+    }
 
 
 def _meta(meta: object) -> dict[str, object] | None:

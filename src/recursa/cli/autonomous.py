@@ -3,20 +3,10 @@ on how the run ended, and its exit code (0 only when every gate passed)."""
 
 from __future__ import annotations
 
-import sys
-
-from recursa.cli.render import (
-    TranscriptPrinter,
-    json_line,
-    result_line,
-)
 from recursa.config import parse_duration
 from recursa.errors import UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
-from recursa.protocol.wire import (
-    Autonomous,
-    Usage,
-)
+from recursa.protocol.wire import Autonomous
 
 EXIT_LIMIT = 8
 
@@ -87,33 +77,23 @@ def exit_code(end: AutonomousEnded | None, last: TurnEnded | None) -> int:
     return code or 1
 
 
-def finish(
-    session_id: str,
-    run_end: AutonomousEnded | None,
-    end: TurnEnded | None,
-    totals: Usage,
-    printer: TranscriptPrinter,
-    json_lines: bool,
-    elapsed: float,
-) -> None:
+def last_word(
+    session_id: str, run_end: AutonomousEnded | None, end: TurnEnded | None
+) -> tuple[str, dict[str, object]]:
     """The last word on an autonomous run: exactly why it ended, or that it has
-    not (its turn was interrupted: it goes on with the next message)."""
+    not (its turn was interrupted: it goes on with the next message); and its
+    outcome for the JSON result line."""
     if run_end is not None:
         line = run_end.detail
     else:
         why = f"the last turn ended ({end.reason})" if end is not None else "no turn ended"
         line = f"autonomous: not finished, {why}; it goes on with: recursa send {session_id} TEXT"
-    if json_lines:
-        outcome = {
-            "outcome": run_end.outcome if run_end else None,
-            "passed": run_end is not None and run_end.outcome == "passed",
-            "turns": run_end.turns if run_end else None,
-        }
-        result = result_line(session_id, end, line, totals, elapsed, autonomous=outcome)
-        json_line(result, sys.stdout)
-        return
-    printer.summary(totals, elapsed)
-    print(f"recursa: {line}", file=sys.stderr)
+    outcome: dict[str, object] = {
+        "outcome": run_end.outcome if run_end else None,
+        "passed": run_end is not None and run_end.outcome == "passed",
+        "turns": run_end.turns if run_end else None,
+    }
+    return line, outcome
 
 
-__all__ = ["EXIT_BY_REASON", "EXIT_LIMIT", "exit_code", "finish", "plan"]
+__all__ = ["EXIT_BY_REASON", "EXIT_LIMIT", "exit_code", "last_word", "plan"]

@@ -1,18 +1,30 @@
-"""What the CLI's command groups share: a daemon client for one command, JSON out."""
+"""What the CLI's command groups share: their common arguments, a daemon client
+for one command, JSON out, and a listing's output."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
+import typer
+
+from recursa.cli.tables import Col, Row, print_table
 from recursa.config import load_config
+from recursa.protocol.wire import to_json
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
 
 T = TypeVar("T")
+
+SessionArg = Annotated[str, typer.Argument(help="Session id, id prefix or name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Do not snapshot namespaces; stop at once.")
+]
 
 
 def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
@@ -32,7 +44,21 @@ def dump(value: object) -> None:
     print(json.dumps(value, ensure_ascii=False))
 
 
-__all__ = ["dump", "with_client"]
+def print_listing(
+    items: Sequence[object],
+    json_out: bool,
+    empty: str,
+    columns: Sequence[Col],
+    rows: Iterable[Row | Sequence[str]],
+) -> None:
+    """A listing: the items as a JSON list with ``json_out``, else ``empty`` on
+    stderr when there are none, else the table of ``rows`` (read only then)."""
+    if json_out:
+        dump([to_json(item) for item in items])
+    elif not items:
+        print(empty, file=sys.stderr)
+    else:
+        print_table(columns, rows)
 
 
 def typed_text(text: str) -> str:
@@ -40,3 +66,14 @@ def typed_text(text: str) -> str:
     UTF-8 (which Python decodes to lone surrogates) become visible ``\\xNN``
     escapes, so the text crosses the wire (JSON, the store) and nothing is lost."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+__all__ = [
+    "ForceOpt",
+    "JsonOpt",
+    "SessionArg",
+    "dump",
+    "print_listing",
+    "typed_text",
+    "with_client",
+]

@@ -23,10 +23,11 @@ from typing import Annotated, TypeVar
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import JsonOpt, SessionArg, print_listing
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
-from recursa.cli.tables import Col, print_table
+from recursa.cli.tables import Col
 from recursa.protocol import person_ops as ops
 from recursa.protocol.control import GoalAction, GoalInfo, ScheduleInfo
 from recursa.protocol.wire import to_json
@@ -43,9 +44,6 @@ schedule_app = typer.Typer(
 app.add_typer(schedule_app, name="schedule")
 
 T = TypeVar("T")
-
-SessionArg = Annotated[str, typer.Argument(help="Session id, id prefix or name.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 
 
 def _when(seconds: float | None) -> str:
@@ -164,14 +162,9 @@ def list_jobs(
 ) -> None:
     """Scheduled jobs: id, session, schedule, next tick, ticks delivered, prompt."""
     jobs = _with_client(lambda c: c.call(ops.SCHEDULES, ops.ScheduleQuery(session, everything)))
-    if json_out:
-        _dump([to_json(job) for job in jobs])
-        return
-    if not jobs:
-        print("no scheduled jobs", file=sys.stderr)
-        return
     columns = JOB_COLUMNS if everything else tuple(c for c in JOB_COLUMNS if c.header != "STATUS")
-    print_table(columns, (_row(job, with_status=everything) for job in jobs))
+    rows = (_row(job, with_status=everything) for job in jobs)
+    print_listing(jobs, json_out, "no scheduled jobs", columns, rows)
 
 
 JOB_COLUMNS = (

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import ForceOpt
 from recursa.config import load_config
 from recursa.protocol.wire import to_json
 
@@ -32,9 +33,7 @@ def start() -> None:
 
 @daemon_app.command("stop")
 def stop_daemon(
-    force: Annotated[
-        bool, typer.Option("--force", help="Do not snapshot namespaces; stop at once.")
-    ] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Stop the daemon: running turns are interrupted, namespaces snapshotted."""
     _shutdown(force)
@@ -71,9 +70,7 @@ def openapi() -> None:
 
 @app.command()
 def shutdown(
-    force: Annotated[
-        bool, typer.Option("--force", help="Do not snapshot namespaces; stop at once.")
-    ] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Stop the daemon (the same as recursa daemon stop)."""
     _shutdown(force)

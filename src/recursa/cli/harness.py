@@ -17,12 +17,14 @@ from typing import Annotated, TypeVar
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import JsonOpt, SessionArg, print_listing
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
 from recursa.cli.tables import Col, print_table
 from recursa.errors import UsageError
 from recursa.protocol import person_ops as ops
+from recursa.protocol.operations import Operation
 from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
 
 harness_app = typer.Typer(
@@ -38,7 +40,6 @@ SHORT_HISTORY = 10
 T = TypeVar("T")
 
 EntryArg = Annotated[str, typer.Argument(help="Entry id, id prefix or title.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 
 
 def _when(seconds: float) -> str:
@@ -63,16 +64,8 @@ def list_entries(
     entries = _with_client(
         lambda c: c.call(ops.HARNESS_LIST, ops.HarnessQuery(kind, scope, status))
     )
-    if json_out:
-        _dump([to_json(entry) for entry in entries])
-        return
-    if not entries:
-        print("no harness entries", file=sys.stderr)
-        return
-    print_table(
-        ENTRY_COLUMNS,
-        ((e.id, e.kind, e.title, e.scope, e.status, f"v{e.version}") for e in entries),
-    )
+    rows = ((e.id, e.kind, e.title, e.scope, e.status, f"v{e.version}") for e in entries)
+    print_listing(entries, json_out, "no harness entries", ENTRY_COLUMNS, rows)
 
 
 ENTRY_COLUMNS = (
@@ -169,34 +162,20 @@ def log(
 ) -> None:
     """What changed, when, by whom, why, and from which evidence (newest first)."""
     versions = _with_client(lambda c: c.call(ops.HARNESS_LOG, ops.LogQuery(limit)))
-    if json_out:
-        _dump([to_json(version) for version in versions])
-        return
-    if not versions:
-        print("no harness changes yet", file=sys.stderr)
-        return
-    print_table(LOG_COLUMNS, (_log_cells(v, with_entry=True) for v in versions))
+    rows = (_log_cells(v, with_entry=True) for v in versions)
+    print_listing(versions, json_out, "no harness changes yet", LOG_COLUMNS, rows)
 
 
-HISTORY_COLUMNS = (
-    Col("WHEN"),
-    Col("VERSION"),
+_CHANGE_COLUMNS = (
     Col("ACTION"),
     Col("ACTOR"),
     Col("STATUS"),
     Col("REASON", flex=True),
     Col("EVIDENCE", flex=True),
 )
-LOG_COLUMNS = (
-    Col("WHEN"),
-    Col("ENTRY"),
-    Col("TITLE", flex=True),
-    Col("ACTION"),
-    Col("ACTOR"),
-    Col("STATUS"),
-    Col("REASON", flex=True),
-    Col("EVIDENCE", flex=True),
-)
+"""What every version row ends with: the change, who made it, why, the evidence."""
+HISTORY_COLUMNS = (Col("WHEN"), Col("VERSION"), *_CHANGE_COLUMNS)
+LOG_COLUMNS = (Col("WHEN"), Col("ENTRY"), Col("TITLE", flex=True), *_CHANGE_COLUMNS)
 
 
 def _log_cells(v: HarnessEntry, *, with_entry: bool) -> tuple[str, ...]:
@@ -249,29 +228,27 @@ def revert(
     print(f"{written.id} v{written.version}: {written.status} (reverted to v{to})")
 
 
-@harness_app.command("approve")
-def approve(
-    entry: EntryArg,
-    reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
-) -> None:
-    """Activate a proposed entry."""
-    written = _with_client(lambda c: c.call(ops.HARNESS_APPROVE, ops.Decision(entry, reason)))
-    print(f"{written.id} v{written.version}: {written.status}")
+def _decision(name: str, op: Operation[ops.Decision, HarnessEntry], doc: str) -> None:
+    """Register the command ``name``: a person's decision on a proposed entry."""
+
+    def decide(
+        entry: EntryArg,
+        reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
+    ) -> None:
+        written = _with_client(lambda c: c.call(op, ops.Decision(entry, reason)))
+        print(f"{written.id} v{written.version}: {written.status}")
+
+    decide.__doc__ = doc
+    harness_app.command(name)(decide)
 
 
-@harness_app.command("reject")
-def reject(
-    entry: EntryArg,
-    reason: Annotated[str, typer.Option(help="Why (kept with the version).")] = "",
-) -> None:
-    """Reject a proposed entry."""
-    written = _with_client(lambda c: c.call(ops.HARNESS_REJECT, ops.Decision(entry, reason)))
-    print(f"{written.id} v{written.version}: {written.status}")
+_decision("approve", ops.HARNESS_APPROVE, "Activate a proposed entry.")
+_decision("reject", ops.HARNESS_REJECT, "Reject a proposed entry.")
 
 
 @app.command()
 def refine(
-    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    session: SessionArg,
     instructions: Annotated[
         str | None, typer.Option(help="What the refinement should look for.")
     ] = None,

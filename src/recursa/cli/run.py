@@ -214,9 +214,8 @@ async def _run(
         return 130
     elapsed = time.monotonic() - started
     if request.autonomous is not None:
-        autonomous_run.finish(
-            info.id, state.autonomous_end, state.last_end, usage, printer, json_lines, elapsed
-        )
+        word = autonomous_run.last_word(info.id, state.autonomous_end, state.last_end)
+        _finish(info.id, state.last_end, usage, printer, json_lines, elapsed, word)
         _children_summary(tree, children, json_lines)
         return autonomous_run.exit_code(state.autonomous_end, state.last_end)
     _finish(info.id, state.last_end, usage, printer, json_lines, elapsed)
@@ -298,12 +297,20 @@ def _finish(
     printer: TranscriptPrinter,
     json_lines: bool,
     elapsed: float,
+    autonomous: tuple[str, dict[str, object]] | None = None,
 ) -> None:
+    """How the run ended: the result line (``--json``), else the usage summary
+    and, for a run without an answer, why; ``autonomous``: the last word and
+    outcome of an autonomous run (:func:`recursa.cli.autonomous.last_word`)."""
     if json_lines:
-        detail = end.detail if end else ""
-        json_line(result_line(session_id, end, detail, totals, elapsed), sys.stdout)
+        extra = {} if autonomous is None else {"autonomous": autonomous[1]}
+        detail = autonomous[0] if autonomous is not None else (end.detail if end else "")
+        json_line(result_line(session_id, end, detail, totals, elapsed, **extra), sys.stdout)
         return
     printer.summary(totals, elapsed)
+    if autonomous is not None:
+        print(f"recursa: {autonomous[0]}", file=sys.stderr)
+        return
     if end is None or end.reason == "answered":
         return
     if end.reason in LIMIT_REASONS:

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from recursa.cli import app
-from recursa.cli.common import typed_text
+from recursa.cli.common import SessionArg, print_listing, typed_text, with_client
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
 from recursa.config import color_enabled, load_config
 from recursa.protocol.events import TurnStarted
-from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode, to_json
+from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
@@ -39,29 +39,21 @@ def agents(
     json_out: Annotated[bool, typer.Option("--json", help="A JSON list of sessions.")] = False,
 ) -> None:
     """The session tree: status, model, usage and last activity of every session."""
-    infos = asyncio.run(_agents())
-    if json_out:
-        print(json.dumps([to_json(i) for i in infos], ensure_ascii=False))
-        return
-    if not infos:
-        print("no sessions yet: recursa run TASK", file=sys.stderr)
-        return
+    infos = with_client(lambda client: client.sessions())
     now = time.time()
-    print_table(
-        AGENT_COLUMNS,
+    rows = (
         (
-            (
-                _branch(depth) + info.id,
-                info.name or "",
-                info.status,
-                info.model,
-                f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
-                cost_text(info.usage),
-                _ago(now - info.last_activity),
-            )
-            for depth, info in _tree(infos)
-        ),
+            _branch(depth) + info.id,
+            info.name or "",
+            info.status,
+            info.model,
+            f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
+            cost_text(info.usage),
+            _ago(now - info.last_activity),
+        )
+        for depth, info in _tree(infos)
     )
+    print_listing(infos, json_out, "no sessions yet: recursa run TASK", AGENT_COLUMNS, rows)
 
 
 AGENT_COLUMNS = (
@@ -78,11 +70,6 @@ AGENT_COLUMNS = (
 def _branch(depth: int) -> str:
     """The tree's indent before a session's id: a child sits under its parent."""
     return "  " * (depth - 1) + "└ " if depth else ""
-
-
-async def _agents() -> list[SessionInfo]:
-    async with _client() as client:
-        return await client.sessions()
 
 
 def _tree(infos: list[SessionInfo]) -> list[tuple[int, SessionInfo]]:
@@ -112,7 +99,7 @@ def _ago(seconds: float) -> str:
 
 @app.command()
 def attach(
-    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    session: SessionArg,
     mode: Annotated[
         str, typer.Option(help="How typed lines are sent: auto, steer or follow_up.")
     ] = "auto",
@@ -181,7 +168,7 @@ async def _last_turn_cursor(client: DaemonClient, session: str) -> int:
 
 @app.command()
 def send(
-    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    session: SessionArg,
     text: Annotated[str, typer.Argument(help="The message.")],
     mode: Annotated[
         str, typer.Option(help="auto (steer a running turn, else start one), steer or follow_up.")
@@ -200,21 +187,16 @@ def send(
 
 
 @app.command()
-def stop(session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")]) -> None:
+def stop(session: SessionArg) -> None:
     """Interrupt a session and unload it (its namespace is snapshotted); any new
     message brings it back."""
-
-    async def go() -> None:
-        async with _client() as client:
-            info = await client.stop(session)
-            print(f"{info.id}: {info.status}")
-
-    asyncio.run(go())
+    info = with_client(lambda client: client.stop(session))
+    print(f"{info.id}: {info.status}")
 
 
 @app.command()
 def logs(
-    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    session: SessionArg,
     json_lines: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
 ) -> None:
     """The session's whole history, readable (or as JSON lines)."""
@@ -239,16 +221,11 @@ def logs(
 
 @app.command()
 def usage(
-    session: Annotated[str, typer.Argument(help="Session id, id prefix or name.")],
+    session: SessionArg,
     json_out: Annotated[bool, typer.Option("--json", help="The tree as JSON.")] = False,
 ) -> None:
     """Tokens and cost of a session and of its whole tree of sub-agents."""
-
-    async def go() -> UsageNode:
-        async with _client() as client:
-            return await client.usage(session)
-
-    node = asyncio.run(go())
+    node = with_client(lambda client: client.usage(session))
     if json_out:
         print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
         return

@@ -276,7 +276,7 @@ async def connect(config: Config, *, in_process: bool = False) -> AsyncIterator[
     if not in_process:
         from recursa.daemon import process
 
-        await process.ensure_running(config.home, env=environment())
+        await process.start(config.home, env=environment(), reuse=True)
         async with DaemonClient(config.home) as client:
             yield client
         return
@@ -300,7 +300,7 @@ async def start_daemon(config: Config) -> int:
     """Start the daemon serving ``config.home`` when none runs; its pid."""
     from recursa.daemon import process
 
-    return (await process.ensure_running(config.home, env=environment())).pid
+    return (await process.start(config.home, env=environment(), reuse=True)).pid
 
 
 async def stop_daemon(home: Path | str, *, force: bool) -> int:

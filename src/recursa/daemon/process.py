@@ -8,7 +8,7 @@
   ``ANTHROPIC_API_KEY``) are removed from the environment it starts with, so
   they never appear in its ``/proc/PID/environ``. If it dies first, the last
   line it logged is the error.
-- :func:`ensure_running` returns the running daemon's state, starting one
+  With ``reuse`` it returns the running daemon's state, starting one only
   when none answers. Concurrent starters are safe: the lock admits one
   daemon, and the others' starters wait for it.
 - :func:`stop` asks the daemon to shut down and waits for its process to exit.
@@ -80,30 +80,20 @@ async def start(
     env: Mapping[str, str],
     host_factory: str | None = None,
     timeout: float = START_TIMEOUT,  # noqa: ASYNC109 (a deadline for another process)
+    reuse: bool = False,
 ) -> DaemonState:
     """Start a daemon for ``home`` and return its state once it answers.
 
-    Raises :class:`DaemonError` when one already runs, when it exits during
-    start (with its last log line), or when it does not answer in time.
-    ``host_factory`` (``module:function``) is for tests."""
+    Raises :class:`DaemonError` when one already runs (``reuse``: returns its
+    state instead), when it exits during start (with its last log line), or
+    when it does not answer in time. ``host_factory`` (``module:function``)
+    is for tests."""
     state, started = await _start(DaemonPaths.for_home(home), env, host_factory, timeout)
-    if not started:
+    if not started and not reuse:
         raise DaemonError(
             f"a daemon is already running for RECURSA_HOME {DaemonPaths.for_home(home).home} "
             f"(pid {state.pid})"
         )
-    return state
-
-
-async def ensure_running(
-    home: Path | str,
-    *,
-    env: Mapping[str, str],
-    host_factory: str | None = None,
-    timeout: float = START_TIMEOUT,  # noqa: ASYNC109 (a deadline for another process)
-) -> DaemonState:
-    """The running daemon's state, starting one when none answers."""
-    state, _ = await _start(DaemonPaths.for_home(home), env, host_factory, timeout)
     return state
 
 
@@ -336,7 +326,6 @@ __all__ = [
     "START_TIMEOUT",
     "STOP_TIMEOUT",
     "credential_names",
-    "ensure_running",
     "start",
     "status",
     "stop",

@@ -10,17 +10,13 @@ exact after a restart with nothing but these rows and the log.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound
 from recursa.protocol.control import GoalStatus
 from recursa.protocol.events import json_text
-
-if TYPE_CHECKING:
-    from recursa.store.store import Store
+from recursa.store.table import Table, with_text
 
 _COLUMNS = (
     "id, session_id, objective, status, budget, spent, since_seq, continued, detail,"
@@ -54,51 +50,38 @@ class GoalRow:
     ended_at: float | None
 
 
-def _row(values: Sequence[object]) -> GoalRow:
-    fields = list(values)
-    fields[2] = json.loads(str(fields[2]))  # the objective, as a JSON string (as the inbox)
-    return GoalRow(*fields)  # type: ignore[arg-type]
-
-
-class GoalTable:
+class GoalTable(Table[GoalRow]):
     """Use through ``store.goals``."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def _row(self, values: Sequence[object]) -> GoalRow:
+        return with_text(GoalRow, values, 2)  # the objective
 
     def current(self, session_id: str) -> GoalRow | None:
         """The session's goal, or None (never set, or cleared)."""
-        row = self._store.execute(
+        goal = self._one(
             f"SELECT {_COLUMNS} FROM goals WHERE session_id = ? ORDER BY id DESC LIMIT 1",
             (session_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        goal = _row(row)
-        return None if goal.status == "cleared" else goal
+        )
+        return None if goal is None or goal.status == "cleared" else goal
 
     def get(self, goal_id: int) -> GoalRow:
-        row = self._store.execute(
-            f"SELECT {_COLUMNS} FROM goals WHERE id = ?", (goal_id,)
-        ).fetchone()
-        if row is None:
+        goal = self._one(f"SELECT {_COLUMNS} FROM goals WHERE id = ?", (goal_id,))
+        if goal is None:
             raise NotFound(f"no goal {goal_id}")
-        return _row(row)
+        return goal
 
     def history(self, session_id: str) -> list[GoalRow]:
         """Every goal the session had, oldest first."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM goals WHERE session_id = ? ORDER BY id", (session_id,)
-        ).fetchall()
-        return [_row(r) for r in rows]
+        )
 
     def active(self) -> list[GoalRow]:
         """Every session's current goal that is active."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM goals g WHERE status = 'active'"
             " AND id = (SELECT max(id) FROM goals WHERE session_id = g.session_id) ORDER BY id"
-        ).fetchall()
-        return [_row(r) for r in rows]
+        )
 
     def create(self, session_id: str, objective: str, budget: int | None) -> GoalRow:
         """Make ``objective`` the session's active goal, counting usage from now;

@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from recursa.protocol.harness import (
     Action,
@@ -24,9 +24,7 @@ from recursa.protocol.harness import (
     Scope,
     Status,
 )
-
-if TYPE_CHECKING:
-    from recursa.store.store import Store
+from recursa.store.table import Table
 
 ENTRY_ID_PREFIX = "h-"
 
@@ -60,11 +58,11 @@ def new_entry_id() -> str:
     return ENTRY_ID_PREFIX + secrets.token_hex(5)
 
 
-class HarnessTables:
+class HarnessTables(Table[EntryVersion]):
     """Use through ``store.harness``."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def _row(self, values: Sequence[Any]) -> EntryVersion:
+        return _version(values)
 
     # -- versions ----------------------------------------------------------------------
 
@@ -139,44 +137,39 @@ class HarnessTables:
         return version
 
     def current(self, entry_id: str) -> EntryVersion | None:
-        row = self._store.execute(
+        return self._one(
             f"SELECT {_COLUMNS} FROM harness_entries WHERE entry_id = ?"
             " ORDER BY version DESC LIMIT 1",
             (entry_id,),
-        ).fetchone()
-        return None if row is None else _version(row)
+        )
 
     def version(self, entry_id: str, version: int) -> EntryVersion | None:
-        row = self._store.execute(
+        return self._one(
             f"SELECT {_COLUMNS} FROM harness_entries WHERE entry_id = ? AND version = ?",
             (entry_id, version),
-        ).fetchone()
-        return None if row is None else _version(row)
+        )
 
     def history(self, entry_id: str) -> list[EntryVersion]:
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM harness_entries WHERE entry_id = ? ORDER BY version",
             (entry_id,),
-        ).fetchall()
-        return [_version(r) for r in rows]
+        )
 
     def entries(self) -> list[EntryVersion]:
         """Every entry's newest version, oldest entry first."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM harness_entries AS h WHERE version ="
             " (SELECT MAX(version) FROM harness_entries WHERE entry_id = h.entry_id)"
             " ORDER BY (SELECT MIN(created_at) FROM harness_entries WHERE entry_id = h.entry_id),"
             " entry_id"
-        ).fetchall()
-        return [_version(r) for r in rows]
+        )
 
     def log(self, limit: int | None = None) -> list[EntryVersion]:
         """Every version of every entry, newest first."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM harness_entries ORDER BY created_at DESC, version DESC"
             + ("" if limit is None else f" LIMIT {int(limit)}")
-        ).fetchall()
-        return [_version(r) for r in rows]
+        )
 
     def find(self, ref: str) -> EntryVersion | None:
         """An entry by id, unique id prefix, or title (the newest such entry)."""

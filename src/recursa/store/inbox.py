@@ -11,10 +11,9 @@ Per-sender order is the id order, since ids only grow.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 from recursa.protocol.events import (
     EventRecord,
@@ -24,9 +23,7 @@ from recursa.protocol.events import (
     UserInput,
     json_text,
 )
-
-if TYPE_CHECKING:
-    from recursa.store.store import Store
+from recursa.store.table import Table, with_text
 
 MessageMode = Literal["auto", "steer", "follow_up"]
 MessageStatus = Literal["queued", "delivered", "dropped"]
@@ -63,17 +60,11 @@ class MessageRow:
         )
 
 
-def _row(values: Sequence[object]) -> MessageRow:
-    fields = list(values)
-    fields[5] = json.loads(str(fields[5]))  # the text, stored as a JSON string (see enqueue)
-    return MessageRow(*fields)  # type: ignore[arg-type]
-
-
-class Inbox:
+class Inbox(Table[MessageRow]):
     """Messages per recipient session. Use it through ``store.inbox``."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def _row(self, values: Sequence[object]) -> MessageRow:
+        return with_text(MessageRow, values, 5)  # the text
 
     def enqueue(
         self,
@@ -116,11 +107,10 @@ class Inbox:
 
     def pending(self, session_id: str) -> list[MessageRow]:
         """Queued messages for ``session_id``, oldest first."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND status = 'queued' ORDER BY id",
             (session_id,),
-        ).fetchall()
-        return [_row(r) for r in rows]
+        )
 
     def pending_count(self, session_id: str) -> int:
         row = self._store.execute(
@@ -137,10 +127,7 @@ class Inbox:
         return [str(r[0]) for r in rows]
 
     def get(self, message_id: int) -> MessageRow | None:
-        row = self._store.execute(
-            f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,)
-        ).fetchone()
-        return None if row is None else _row(row)
+        return self._one(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,))
 
     def deliver(self, messages: Sequence[MessageRow], *, steer: bool = False) -> list[EventRecord]:
         """Append each message's ``user_input`` event and mark it delivered, all

@@ -14,17 +14,13 @@ text and the times it is given.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound
 from recursa.protocol.control import ScheduleCreator, ScheduleMode, ScheduleStatus
 from recursa.protocol.events import json_text
-
-if TYPE_CHECKING:
-    from recursa.store.store import Store
+from recursa.store.table import Table, with_text
 
 _COLUMNS = (
     "id, session_id, label, prompt, spec, mode, status, next_at, last_at, fired, missed,"
@@ -51,17 +47,11 @@ class ScheduleRow:
     updated_at: float
 
 
-def _row(values: Sequence[object]) -> ScheduleRow:
-    fields = list(values)
-    fields[3] = json.loads(str(fields[3]))  # the prompt, as a JSON string (as the inbox)
-    return ScheduleRow(*fields)  # type: ignore[arg-type]
-
-
-class ScheduleTable:
+class ScheduleTable(Table[ScheduleRow]):
     """Use through ``store.schedules``."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def _row(self, values: Sequence[object]) -> ScheduleRow:
+        return with_text(ScheduleRow, values, 3)  # the prompt
 
     def add(
         self,
@@ -88,12 +78,10 @@ class ScheduleTable:
 
     def get(self, job_id: int) -> ScheduleRow:
         """The job; NotFound (one line) when there is none."""
-        row = self._store.execute(
-            f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (job_id,)
-        ).fetchone()
-        if row is None:
+        job = self._one(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (job_id,))
+        if job is None:
             raise NotFound(f"no scheduled job {job_id}")
-        return _row(row)
+        return job
 
     def jobs(self, session_id: str | None = None, *, finished: bool = False) -> list[ScheduleRow]:
         """Jobs oldest first: of one session or all; active only unless ``finished``."""
@@ -104,28 +92,23 @@ class ScheduleTable:
         if not finished:
             clauses.append("status = 'active'")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._store.execute(
-            f"SELECT {_COLUMNS} FROM schedules{where} ORDER BY id", params
-        ).fetchall()
-        return [_row(r) for r in rows]
+        return self._all(f"SELECT {_COLUMNS} FROM schedules{where} ORDER BY id", params)
 
     def labelled(self, session_id: str, label: str) -> ScheduleRow | None:
         """The session's active job with this label."""
-        row = self._store.execute(
+        return self._one(
             f"SELECT {_COLUMNS} FROM schedules WHERE session_id = ? AND label = ?"
             " AND status = 'active'",
             (session_id, label),
-        ).fetchone()
-        return None if row is None else _row(row)
+        )
 
     def due(self, now: float) -> list[ScheduleRow]:
         """Active jobs whose next tick is at or before ``now``, earliest first."""
-        rows = self._store.execute(
+        return self._all(
             f"SELECT {_COLUMNS} FROM schedules WHERE status = 'active' AND next_at <= ?"
             " ORDER BY next_at, id",
             (now,),
-        ).fetchall()
-        return [_row(r) for r in rows]
+        )
 
     def next_due(self) -> float | None:
         """The earliest next tick of any active job."""

