@@ -12,6 +12,7 @@ provenance. The fields are checked later, by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from recursa.harness.review import first_json
 from recursa.protocol.events import (
@@ -228,6 +229,18 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
     if meta is not None and not isinstance(meta, dict):
         return "meta is not an object"
     title, content, code = (_text(item.get(name)) for name in ("title", "content", "code"))
+    # The fields a create and an update carry alike; each op fills in the rest.
+    proposed = Edit(
+        op="update",
+        entry_id="",
+        title=title,
+        content=content,
+        code=code,
+        scope=scope,
+        meta=meta,
+        provenance=provenance,
+        actor="refine",
+    )
     if op == "create":
         raw_kind = item.get("kind")
         kind = next((k for k in KINDS if k == raw_kind), None)
@@ -240,18 +253,7 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
             missing.append("code")
         if missing:
             return f"create of a {kind} is missing {', '.join(missing)}"
-        return Edit(
-            op="create",
-            entry_id=new_entry_id(),
-            kind=kind,
-            title=title,
-            content=content,
-            code=code,
-            scope=scope,
-            meta=meta,
-            provenance=provenance,
-            actor="refine",
-        )
+        return replace(proposed, op="create", entry_id=new_entry_id(), kind=kind)
     if op in ("update", "delete"):
         entry_id = item.get("entry_id")
         if not isinstance(entry_id, str) or not entry_id.strip():
@@ -262,17 +264,7 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
             )
         if (title, content, code, scope, meta) == (None, None, None, None, None):
             return f"update of {entry_id} changes nothing"
-        return Edit(
-            op="update",
-            entry_id=entry_id.strip(),
-            title=title,
-            content=content,
-            code=code,
-            scope=scope,
-            meta=meta,
-            provenance=provenance,
-            actor="refine",
-        )
+        return replace(proposed, entry_id=entry_id.strip())
     return f"unknown op {op!r} (create, update or delete)"
 
 
