@@ -59,6 +59,10 @@ class Accounts:
 
         return cost
 
+    def priced(self, model: str) -> bool:
+        """``model`` has a known price, so a cost limit on its calls can hold."""
+        return self.cost_of(model)(Usage(1000, 1000)) is not None
+
     def gateway(self, session_id: str | None, model: str) -> Gateway:
         """The gateway for ``model``'s calls on behalf of ``session_id``
         (None: a call no session's budget covers, e.g. reviewing a global entry

@@ -56,7 +56,6 @@ from recursa.control.autonomous import (
 )
 from recursa.errors import UsageError
 from recursa.kernel import bound_text, clean_text
-from recursa.models.types import Usage
 from recursa.protocol.events import AutonomousEnded, GateChecked, Notice, TurnEnded
 from recursa.protocol.wire import Autonomous
 from recursa.store import JSONValue
@@ -306,13 +305,11 @@ class Autonomy:
         if task is None or not task.strip():
             raise UsageError("an autonomous run needs a task")
         spec.check()
-        if spec.max_cost is not None:
-            cost = self.runtime.accounts.cost_of(model)
-            if cost is None or cost(Usage(1000, 1000)) is None:
-                raise UsageError(
-                    f"--max-cost needs a priced model, and {model}'s price is unknown "
-                    "(set one in [prices], or limit --max-tokens instead)"
-                )
+        if spec.max_cost is not None and not self.runtime.accounts.priced(model):
+            raise UsageError(
+                f"--max-cost needs a priced model, and {model}'s price is unknown "
+                "(set one in [prices], or limit --max-tokens instead)"
+            )
         return spec
 
     def start(self, session: Session, spec: Spec, task: str | None) -> None:

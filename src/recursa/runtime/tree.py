@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound, UsageError
-from recursa.models.types import Usage as TokenUsage
 from recursa.protocol.events import InputSource, SessionCreated, StatusChanged
 from recursa.protocol.wire import (
     AgentMessage,
@@ -186,13 +185,11 @@ class Tree:
                 isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
             ):
                 raise UsageError(f"budget {key} must be a positive number, not {value!r}")
-        if budget.cost is not None:
-            probe = self.runtime.accounts.cost_of(model)
-            if probe is None or probe(TokenUsage(1000, 1000)) is None:
-                raise UsageError(
-                    f"a cost budget needs a priced model, and {model}'s price is unknown "
-                    "(set one in [prices], or budget tokens instead)"
-                )
+        if budget.cost is not None and not self.runtime.accounts.priced(model):
+            raise UsageError(
+                f"a cost budget needs a priced model, and {model}'s price is unknown "
+                "(set one in [prices], or budget tokens instead)"
+            )
         values["started"] = self.store.now()
         return values
 
