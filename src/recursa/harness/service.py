@@ -95,30 +95,11 @@ class Harness:
     def _apply(self, session_id: str, edit: Edit) -> EntryVersion:
         current = self.store.harness.current(edit.entry_id)
         edit = validate(edit, current)
-        p = edit.provenance
         if edit.op == "create":
             assert edit.kind and edit.title is not None and edit.scope
             draft = self._draft(edit, session_id)
             status, review = self._first_status(draft, edit.actor)
-            return self.store.harness.write(
-                None,
-                entry_id=edit.entry_id,
-                kind=edit.kind,
-                title=edit.title,
-                scope=edit.scope,
-                status=status,
-                content=edit.content or "",
-                code=edit.code,
-                meta=edit.meta or {},
-                session_id=session_id,
-                action="create",
-                actor=edit.actor,
-                reason=p.reason,
-                effect=p.effect,
-                source_events=p.source_events,
-                refinement_id=p.refinement_id,
-                review=review,
-            )
+            return self.store.harness.write(None, replace(draft, status=status, review=review))
         assert current is not None
         if edit.op == "update":
             assert edit.title is not None and edit.scope and edit.content is not None
@@ -186,22 +167,20 @@ class Harness:
             actor, p = by[0], Provenance(reason=by[1])
         return self.store.harness.write(
             current,
-            entry_id=current.entry_id,
-            kind=current.kind,
-            title=body.title,
-            scope=body.scope,
-            status=status,
-            content=body.content,
-            code=body.code,
-            meta=body.meta,
-            session_id=current.session_id,
-            action=action,
-            actor=actor,
-            reason=p.reason,
-            effect=p.effect,
-            source_events=p.source_events,
-            refinement_id=p.refinement_id,
-            review=review,
+            replace(
+                body,
+                entry_id=current.entry_id,
+                kind=current.kind,
+                status=status,
+                session_id=current.session_id,
+                action=action,
+                actor=actor,
+                reason=p.reason,
+                effect=p.effect,
+                source_events=p.source_events,
+                refinement_id=p.refinement_id,
+                review=review,
+            ),
         )
 
     # -- the review ----------------------------------------------------------------------

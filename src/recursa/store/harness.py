@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from recursa.protocol.harness import (
@@ -66,47 +66,15 @@ class HarnessTables(Table[EntryVersion]):
 
     # -- versions ----------------------------------------------------------------------
 
-    def write(
-        self,
-        previous: EntryVersion | None,
-        *,
-        entry_id: str,
-        kind: Kind,
-        title: str,
-        scope: Scope,
-        status: Status,
-        content: str,
-        code: str | None,
-        meta: dict[str, object],
-        session_id: str | None,
-        action: Action,
-        actor: Actor,
-        reason: str = "",
-        effect: str = "",
-        source_events: Sequence[int] = (),
-        refinement_id: int | None = None,
-        review: dict[str, object] | None = None,
-    ) -> EntryVersion:
-        """Append the next version of an entry (``previous``: its newest, None
-        for a new entry)."""
-        version = EntryVersion(
-            entry_id=entry_id,
+    def write(self, previous: EntryVersion | None, draft: EntryVersion) -> EntryVersion:
+        """Append ``draft`` as the next version of its entry (``previous``: the
+        entry's newest, None for a new entry). The version number and the time
+        are set here; ``draft``'s own are ignored."""
+        version = replace(
+            draft,
             version=1 if previous is None else previous.version + 1,
-            kind=kind,
-            title=title,
-            scope=scope,
-            status=status,
-            content=content,
-            code=code,
-            meta=dict(meta),
-            session_id=session_id,
-            action=action,
-            actor=actor,
-            reason=reason,
-            effect=effect,
-            source_events=tuple(source_events),
-            refinement_id=refinement_id,
-            review=review,
+            meta=dict(draft.meta),
+            source_events=tuple(draft.source_events),
             created_at=self._store.now(),
         )
         with self._store.transaction():
@@ -130,7 +98,7 @@ class HarnessTables(Table[EntryVersion]):
                     version.effect,
                     json.dumps(list(version.source_events)),
                     version.refinement_id,
-                    None if review is None else json.dumps(review),
+                    None if version.review is None else json.dumps(version.review),
                     version.created_at,
                 ),
             )
