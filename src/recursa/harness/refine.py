@@ -26,7 +26,14 @@ from recursa.protocol.events import (
     TurnEnded,
     UserInput,
 )
-from recursa.protocol.harness import KINDS, SCOPES, Edit, EntryVersion, Provenance
+from recursa.protocol.harness import (
+    KINDS,
+    SCOPES,
+    Edit,
+    EntryVersion,
+    Provenance,
+    text_or_none,
+)
 from recursa.store.harness import new_entry_id
 
 MAX_PROPOSALS = 20
@@ -216,8 +223,8 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
         return f"not an object: {type(item).__name__}"
     op = item.get("op")
     provenance = Provenance(
-        reason=_text(item.get("reason")) or "",
-        effect=_text(item.get("effect")) or "",
+        reason=text_or_none(item.get("reason")) or "",
+        effect=text_or_none(item.get("effect")) or "",
         source_events=source_events,
         refinement_id=refinement_id,
     )
@@ -228,7 +235,7 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
     meta = item.get("meta")
     if meta is not None and not isinstance(meta, dict):
         return "meta is not an object"
-    title, content, code = (_text(item.get(name)) for name in ("title", "content", "code"))
+    title, content, code = (text_or_none(item.get(name)) for name in ("title", "content", "code"))
     # The fields a create and an update carry alike; each op fills in the rest.
     proposed = Edit(
         op="update",
@@ -266,10 +273,6 @@ def _edit(item: object, refinement_id: int, source_events: tuple[int, ...]) -> E
             return f"update of {entry_id} changes nothing"
         return replace(proposed, entry_id=entry_id.strip())
     return f"unknown op {op!r} (create, update or delete)"
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 __all__ = [

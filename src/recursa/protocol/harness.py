@@ -122,9 +122,9 @@ class Edit:
             op=data["op"],  # type: ignore[arg-type]
             entry_id=str(data["entry_id"]),
             kind=data.get("kind"),  # type: ignore[arg-type]
-            title=_opt_str(data.get("title")),
-            content=_opt_str(data.get("content")),
-            code=_opt_str(data.get("code")),
+            title=text_or_none(data.get("title")),
+            content=text_or_none(data.get("content")),
+            code=text_or_none(data.get("code")),
             scope=data.get("scope"),  # type: ignore[arg-type]
             meta=data.get("meta") if isinstance(data.get("meta"), dict) else None,  # type: ignore[arg-type]
             to_version=data.get("to_version"),  # type: ignore[arg-type]
@@ -138,7 +138,8 @@ class Edit:
         )
 
 
-def _opt_str(value: object) -> str | None:
+def text_or_none(value: object) -> str | None:
+    """``value`` if it is a string, else None (for fields read from JSON)."""
     return value if isinstance(value, str) else None
 
 
@@ -155,4 +156,5 @@ __all__ = [
     "Provenance",
     "Scope",
     "Status",
+    "text_or_none",
 ]
