@@ -129,6 +129,19 @@ def describe(problem: ErrorDetails, *, root: type[Any] | None, mapping: str) -> 
     return f"{where}: {message[:1].lower()}{message[1:]}"
 
 
+def checked_text(value: object, what: str, most: int, *, strip: bool = False) -> str:
+    """``value`` as non-blank text of at most ``most`` characters (stripped
+    first when ``strip``); otherwise a one-line ``ValueError`` naming ``what``."""
+    if not isinstance(value, str):
+        raise ValueError(f"the {what} must be text")
+    text = value.strip() if strip else value
+    if not text.strip():
+        raise ValueError(f"the {what} is empty")
+    if len(text) > most:
+        raise ValueError(f"the {what} is longer than {most:,} characters")
+    return text
+
+
 def dotted(loc: Sequence[int | str]) -> str:
     """``("prices", "openai/gpt-4o", "input")`` → ``prices."openai/gpt-4o".input``;
     list positions are shown as ``[3]``."""
@@ -195,4 +208,13 @@ def _unwrap(kind: Any) -> Any:
     return kind
 
 
-__all__ = ["MAX_SHOWN_CHARS", "describe", "dotted", "known_keys", "one_line", "shown", "within"]
+__all__ = [
+    "MAX_SHOWN_CHARS",
+    "checked_text",
+    "describe",
+    "dotted",
+    "known_keys",
+    "one_line",
+    "shown",
+    "within",
+]

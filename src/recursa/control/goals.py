@@ -32,6 +32,7 @@ from typing import Literal
 from recursa.errors import one_line
 from recursa.protocol.control import GoalStatus
 from recursa.protocol.events import TurnEndReason
+from recursa.validation import checked_text
 
 GOAL_STATUSES: tuple[GoalStatus, ...] = ("active", "paused", "completed", "exhausted", "cleared")
 
@@ -134,14 +135,7 @@ def remaining(goal: GoalView) -> int | None:
 
 def check_objective(objective: object) -> str:
     """``objective``, checked: non-empty text within :data:`MAX_OBJECTIVE_CHARS`."""
-    if not isinstance(objective, str):
-        raise ValueError("the objective must be text")
-    text = objective.strip()
-    if not text:
-        raise ValueError("the objective is empty")
-    if len(text) > MAX_OBJECTIVE_CHARS:
-        raise ValueError(f"the objective is longer than {MAX_OBJECTIVE_CHARS:,} characters")
-    return text
+    return checked_text(objective, "objective", MAX_OBJECTIVE_CHARS, strip=True)
 
 
 def check_budget(budget: object) -> int | None:

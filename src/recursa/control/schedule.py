@@ -35,6 +35,7 @@ from typing import Literal
 from recursa.duration import format_duration, is_bare_number, parse_duration
 from recursa.errors import one_line
 from recursa.protocol.control import ScheduleMode
+from recursa.validation import checked_text
 
 ScheduleKind = Literal["every", "once", "cron"]
 SCHEDULE_MODES: tuple[ScheduleMode, ...] = ("steer", "follow_up")
@@ -195,13 +196,7 @@ def describe(spec: Spec) -> str:
 
 def check_prompt(prompt: object) -> str:
     """A tick's prompt: non-empty text within :data:`MAX_PROMPT_CHARS`."""
-    if not isinstance(prompt, str):
-        raise ValueError("the prompt must be text")
-    if not prompt.strip():
-        raise ValueError("the prompt is empty")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise ValueError(f"the prompt is longer than {MAX_PROMPT_CHARS:,} characters")
-    return prompt
+    return checked_text(prompt, "prompt", MAX_PROMPT_CHARS)
 
 
 def check_label(label: object) -> str | None:
