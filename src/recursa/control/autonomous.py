@@ -25,7 +25,7 @@ carries on where the last one stopped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Literal, cast, get_args
 
 from recursa.errors import UsageError, one_line
@@ -89,14 +89,7 @@ class Spec:
         return self
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
-            "gates": list(self.gates),
-            "max_turns": self.max_turns,
-            "max_tokens": self.max_tokens,
-            "max_cost": self.max_cost,
-            "max_time": self.max_time,
-            "gate_timeout": self.gate_timeout,
-        }
+        return {**asdict(self), "gates": list(self.gates)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Spec:
@@ -175,15 +168,7 @@ class GateResult:
         return self.status == "passed"
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
-            "gate": self.gate,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "output": self.output,
-            "chars": self.chars,
-            "truncated": self.truncated,
-            "duration": self.duration,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> GateResult:

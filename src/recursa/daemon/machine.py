@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recursa.config import Config, Price
@@ -24,12 +24,7 @@ class Row:
     detail: str
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "provider": self.provider,
-            "model": self.model,
-            "available": self.available,
-            "detail": self.detail,
-        }
+        return asdict(self)
 
 
 def rows(config: Config) -> list[Row]:
