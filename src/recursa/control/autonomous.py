@@ -207,15 +207,9 @@ class RunState:
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
+            **asdict(self),
             "spec": self.spec.to_json(),
-            "status": self.status,
-            "turns": self.turns,
-            "checked_turn": self.checked_turn,
             "results": [r.to_json() for r in self.results],
-            "fingerprint": self.fingerprint,
-            "outcome": self.outcome,
-            "detail": self.detail,
-            "started": self.started,
         }
 
     @classmethod
