@@ -212,14 +212,17 @@ class Channels:
         flooding kernel does not hold the loop; the rest is taken on the next
         iteration), and none while the request's iopub backlog is full
         (:meth:`_make_room` resumes)."""
-        sock = self._plain[index] if index < len(self._plain) else None
-        if sock is None or sock.closed:
-            return
+        if index >= len(self._plain):
+            return  # closed: the shadows go before the sockets close
+        sock = self._plain[index]
         for _ in range(_DRAIN_BATCH):
-            if index == _IOPUB and self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
-                self._paused = True
-                return
             try:
+                if index == _IOPUB and self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                    # Reading the events clears the descriptor, which would
+                    # otherwise wake the loop again and again while paused.
+                    sock.get(zmq.EVENTS)
+                    self._paused = True
+                    return
                 # Asking first is cheaper than the exception a receive on an
                 # empty socket raises, and an empty socket ends every drain.
                 if not int(sock.get(zmq.EVENTS)) & _POLLIN:
@@ -279,7 +282,7 @@ class Channels:
         Inside :meth:`request`, its reply is kept for :meth:`reply`."""
         msg = self.session.msg(msg_type, content)
         index = 2 if control else 0
-        if index >= len(self._plain) or self._plain[index].closed:
+        if index >= len(self._plain):
             raise KernelError("the kernel's channels are closed")
         # What channel.send does, minus ignoring a refusal: Session does not
         # send from a forked child.
