@@ -1,5 +1,5 @@
-"""A kernel's channels: jupyter_client's :class:`AsyncKernelClient`, read by
-three small tasks, with one wait for whatever happens next.
+"""A kernel's channels: jupyter_client's :class:`AsyncKernelClient`, read from
+the event loop's readiness callbacks, with one wait for whatever happens next.
 
 The client owns the protocol: the shell, iopub and control sockets, the
 :class:`~jupyter_client.session.Session` that signs, serializes and checks
@@ -8,8 +8,8 @@ needs around it and a notebook does not:
 
 - One wait (:meth:`Channels.wait`) serves the three channels, a stop
   requested by another task (:meth:`Channels.wake`) and the process's exit
-  (whose watch calls :meth:`Channels.wake` too). A task per channel
-  receives continuously and wakes the waiter; a wakeup with no waiter is
+  (whose watch calls :meth:`Channels.wake` too). A readiness callback per
+  channel receives what arrives and wakes the waiter; a wakeup with no waiter is
   remembered, so none is lost between a look and the next wait.
 - Only what a request in flight asked for is kept: iopub messages while a
   request is open (:meth:`Channels.request`), replies whose parent is one of
@@ -142,6 +142,15 @@ class _Client(AsyncKernelClient):
         return sock
 
 
+_IOPUB = 1
+"""The iopub socket's index among a :class:`Channels`' sockets (shell, iopub, control)."""
+
+_POLLIN = int(zmq.POLLIN)
+
+_DRAIN_BATCH = 64
+"""How many messages one readiness callback takes before letting the loop run."""
+
+
 class Channels:
     """The shell, iopub and control channels of one kernel process, driven from
     one event loop. Control carries what must reach a kernel whose shell is
@@ -160,10 +169,11 @@ class Channels:
         self._sent: set[str] = set()
         self._iopub: deque[Message] = deque()
         self._replies: dict[str, Message] = {}
-        self._room: asyncio.Future[None] | None = None
+        self._paused = False
         self._pending = False
         self._waiter: asyncio.Future[None] | None = None
-        self._readers: list[asyncio.Task[None]] = []
+        self._plain: tuple[zmq.Socket[bytes], ...] = ()
+        self._fds: list[int] = []
         self._channels: tuple[AsyncZMQSocketChannel, ...] = ()
         self.client = _Client(context=shared_context(), session=self.session)
         """The jupyter_client client whose channels these are."""
@@ -177,51 +187,70 @@ class Channels:
             )
             for channel in self._channels:
                 channel.socket.linger = 0
-            self._readers = [
-                loop.create_task(self._read_iopub(), name="recursa-kernel-iopub"),
-                loop.create_task(
-                    self._read_replies(self._channels[0]), name="recursa-kernel-shell"
-                ),
-                loop.create_task(
-                    self._read_replies(self._channels[2]), name="recursa-kernel-control"
-                ),
-            ]
+            # Received through plain shadows, from the loop's own readiness
+            # callback: a message reaches the waiter one loop iteration after it
+            # arrives, not three (zmq.asyncio's event handler, a reader task, the
+            # waiter), which a tool step pays several times.
+            self._plain = tuple(
+                zmq.Socket.shadow(channel.socket.underlying) for channel in self._channels
+            )
+            for index, sock in enumerate(self._plain):
+                loop.add_reader(sock.FD, self._drain, index)
+                self._fds.append(sock.FD)
+                loop.call_soon(self._drain, index)  # whatever came before the reader
         except BaseException:
             self.close()
             raise
 
-    # -- receiving (one task per channel) -------------------------------------------------
+    # -- receiving (a readiness callback per channel) ---------------------------------------
 
-    async def _read_iopub(self) -> None:
-        sock = self.client.iopub_channel.socket
-        while True:
-            while self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
-                self._room = self._loop.create_future()
-                await self._room
+    def _drain(self, index: int) -> None:
+        """Receive what waits on channel ``index`` (0 shell, 1 iopub, 2 control).
+
+        ZeroMQ's descriptor signals edges, so this reads until the socket is
+        empty, except: at most :data:`_DRAIN_BATCH` messages per call (a
+        flooding kernel does not hold the loop; the rest is taken on the next
+        iteration), and none while the request's iopub backlog is full
+        (:meth:`_make_room` resumes)."""
+        if index >= len(self._plain):
+            return  # closed: the shadows go before the sockets close
+        sock = self._plain[index]
+        for _ in range(_DRAIN_BATCH):
             try:
-                frames = await sock.recv_multipart()
+                if index == _IOPUB and self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                    # Reading the events clears the descriptor, which would
+                    # otherwise wake the loop again and again while paused.
+                    sock.get(zmq.EVENTS)
+                    self._paused = True
+                    return
+                # Asking first is cheaper than the exception a receive on an
+                # empty socket raises, and an empty socket ends every drain.
+                if not int(sock.get(zmq.EVENTS)) & _POLLIN:
+                    return
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.ZMQError:
                 return  # closed
-            if not self._keep_iopub:
-                continue  # nobody's: a background thread's output between requests
-            msg = parse_message(self.session, frames)
-            if msg is not None:
-                self._iopub.append(msg)
-                self.wake()
+            if index == _IOPUB:
+                self._take_iopub(frames)
+            else:
+                self._take_reply(frames)
+        self._loop.call_soon(self._drain, index)
 
-    async def _read_replies(self, channel: AsyncZMQSocketChannel) -> None:
-        sock = channel.socket
-        while True:
-            try:
-                frames = await sock.recv_multipart()
-            except zmq.ZMQError:
-                return
-            if not self._open:
-                continue  # an answer to a request given up on
-            msg = parse_message(self.session, frames)
-            if msg is not None and msg.parent_id in self._sent:
-                self._replies[msg.parent_id] = msg
-                self.wake()
+    def _take_iopub(self, frames: list[bytes]) -> None:
+        if not self._keep_iopub:
+            return  # nobody's: a background thread's output between requests
+        msg = parse_message(self.session, frames)
+        if msg is not None:
+            self._iopub.append(msg)
+            self.wake()
+
+    def _take_reply(self, frames: list[bytes]) -> None:
+        if not self._open:
+            return  # an answer to a request given up on
+        msg = parse_message(self.session, frames)
+        if msg is not None and msg.parent_id in self._sent:
+            self._replies[msg.parent_id] = msg
+            self.wake()
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -252,18 +281,18 @@ class Channels:
         """Send a request on the shell (or control) channel; return its ``msg_id``.
         Inside :meth:`request`, its reply is kept for :meth:`reply`."""
         msg = self.session.msg(msg_type, content)
-        channel = self.client.control_channel if control else self.client.shell_channel
-        if channel.socket is None:
+        index = 2 if control else 0
+        if index >= len(self._plain):
             raise KernelError("the kernel's channels are closed")
         # What channel.send does, minus ignoring a refusal: Session does not
         # send from a forked child.
-        if self.session.send(channel.socket, msg) is None:
+        if self.session.send(self._plain[index], msg) is None:
             raise KernelError("a kernel's channels cannot be used from a forked process")
-        # Session sends through a plain shadow of the socket, and a send may
-        # consume the wakeup of a reply that arrived meanwhile (the socket's
-        # descriptor is edge-like): asking the asyncio socket for its events
-        # makes it look again, so the reader waiting on it is not left asleep.
-        channel.socket.get(zmq.EVENTS)
+        # A send may consume the wakeup of a reply that arrived meanwhile (the
+        # socket's descriptor is edge-like): look at the socket's events, and
+        # receive what waits, so that no reply is left unread.
+        if int(self._plain[index].get(zmq.EVENTS)) & _POLLIN:
+            self._loop.call_soon(self._drain, index)
         msg_id = str(msg["header"]["msg_id"])
         if self._open:
             self._sent.add(msg_id)
@@ -287,9 +316,9 @@ class Channels:
         return None
 
     def _make_room(self) -> None:
-        room = self._room
-        if room is not None and not room.done():
-            room.set_result(None)
+        if self._paused:
+            self._paused = False
+            self._loop.call_soon(self._drain, _IOPUB)
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -323,12 +352,14 @@ class Channels:
 
     def close(self) -> None:
         """Stop the readers and close the sockets. Idempotent."""
-        for task in self._readers:
-            task.cancel()
-        self._readers.clear()
+        for fd in self._fds:
+            with contextlib.suppress(RuntimeError, ValueError, OSError):  # the loop is closed
+                self._loop.remove_reader(fd)
+        self._fds.clear()
+        self._plain = ()
         for channel in self._channels:
             channel.close()
-        self._make_room()
+        self._paused = False
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
