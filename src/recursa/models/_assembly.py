@@ -74,9 +74,6 @@ class MessageAssembly:
             )
         return ToolCallDelta(call.ordinal, arguments) if arguments else None
 
-    def has_tool_call(self, key: Hashable) -> bool:
-        return key in self._calls
-
     @property
     def tool_call_count(self) -> int:
         return len(self._calls)
