@@ -37,6 +37,9 @@ The file, field by field::
     startup_timeout = 60
     interrupt_grace = "3s"              # an interrupted cell's time to stop before a restart
     max_output_chars = 20000000         # one cell's output held in memory, at least 10000
+    memory_max = "4G"                   # memory of the kernel and all it starts; 0 = no limit
+    max_processes = 256                 # its tasks at once (processes and threads, the
+                                        # kernel's own dozen included); 0 = no limit
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -68,6 +71,8 @@ is an error that lists the known ones, a value of the wrong type or out of its
 range (``max_retries`` from 0 to 100, say) is refused in one line naming the
 key. Durations (``timeout``, ``max_time``, ``cell_timeout``, ...) are written
 as ``"90s"``, ``"1h30m"``, ``"2d"`` or a number of seconds (:mod:`recursa.duration`).
+Sizes (``memory_max``) are a number of bytes or a number with a binary unit:
+``"512M"``, ``"4G"``, ``"1.5GiB"`` (K, M, G or T, then an optional ``B`` or ``iB``).
 
 Provider credentials (any ``api_key`` and the variables named by
 ``api_key_env``) never reach a kernel: :func:`kernel_environment` builds the
@@ -85,7 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from recursa import duration
 from recursa.duration import Duration
@@ -106,6 +111,10 @@ DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
 DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
+MIN_KERNEL_MEMORY = 64 << 20
+"""The smallest ``[kernel] memory_max``: an idle kernel holds about 50 MB."""
+MIN_KERNEL_PROCESSES = 16
+"""The smallest ``[kernel] max_processes``: an idle kernel runs about a dozen threads."""
 DEFAULT_LOCAL_N_CTX = 8192
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 DEFAULT_MAX_DEPTH = 2
@@ -191,6 +200,10 @@ class KernelConfig:
     startup_timeout: float = DEFAULT_KERNEL_STARTUP_TIMEOUT
     interrupt_grace: float = DEFAULT_KERNEL_INTERRUPT_GRACE
     max_output_chars: int = DEFAULT_KERNEL_MAX_OUTPUT_CHARS
+    memory_max: int | None = None
+    """Bytes of memory the kernel and every process it starts may use; None: no limit."""
+    max_processes: int | None = None
+    """Tasks (processes and threads) the kernel and its descendants may run; None: no limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +290,42 @@ def parse_duration(value: object, *, key: str) -> float | None:
         raise ConfigError(f"{key}: {exc}") from None
 
 
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+_SIZE_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+MAX_SIZE_CHARS = 40
+"""Longer text is refused before it is read: sizes are short."""
+MAX_SIZE = 1 << 50
+"""The largest size a field accepts (1 PiB): more is a typo."""
+MAX_PIDS = 1 << 22
+"""The most tasks Linux allows at all (``pid_max``'s ceiling)."""
+
+
+def parse_size(value: object) -> int:
+    """Bytes from a size: a whole number of bytes, or text such as ``"512M"``,
+    ``"4G"``, ``"1.5GiB"`` or ``"100000"`` (units are binary: K is 1024).
+    ``ValueError`` in one line (a rule starting "must") when it is not a size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    found = (
+        _SIZE.fullmatch(value) if isinstance(value, str) and len(value) <= MAX_SIZE_CHARS else None
+    )
+    if found is None:
+        raise ValueError("must be a size in bytes or with a unit (512M, 4G)")
+    return int(float(found[1]) * (1 << _SIZE_SHIFT[found[2].lower()]))
+
+
+def _zero_or_at_least(low: int, shown: str) -> AfterValidator:
+    """A pydantic check that a whole number is 0 (no limit) or at least ``low``
+    (``shown`` is how the error writes ``low``)."""
+
+    def check(value: int) -> int:
+        if 0 < value < low:
+            raise ValueError(f"must be 0 (no limit) or at least {shown}")
+        return value
+
+    return AfterValidator(check)
+
+
 def environment() -> dict[str, str]:
     """A copy of this process's environment, to start a child process (the daemon)
     with; the caller decides what to leave out."""
@@ -356,6 +405,17 @@ class KernelTable(_Table):
     max_output_chars: Annotated[int, within(MIN_KERNEL_MAX_OUTPUT_CHARS, 2**31)] = (
         DEFAULT_KERNEL_MAX_OUTPUT_CHARS
     )
+    memory_max: Annotated[
+        int,
+        BeforeValidator(parse_size),
+        within(0, MAX_SIZE),
+        _zero_or_at_least(MIN_KERNEL_MEMORY, f"{MIN_KERNEL_MEMORY >> 20}M"),
+    ] = 0
+    max_processes: Annotated[
+        int,
+        within(0, MAX_PIDS),
+        _zero_or_at_least(MIN_KERNEL_PROCESSES, str(MIN_KERNEL_PROCESSES)),
+    ] = 0
 
 
 class SessionsTable(_Table):
@@ -451,6 +511,8 @@ def load_config(
             startup_timeout=kernel.startup_timeout or DEFAULT_KERNEL_STARTUP_TIMEOUT,
             interrupt_grace=kernel.interrupt_grace,
             max_output_chars=kernel.max_output_chars,
+            memory_max=kernel.memory_max or None,
+            max_processes=kernel.max_processes or None,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -570,4 +632,5 @@ __all__ = [
     "kernel_environment",
     "load_config",
     "parse_duration",
+    "parse_size",
 ]
