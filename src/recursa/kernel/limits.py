@@ -177,8 +177,8 @@ def limit_argv(limits: KernelLimits, name: str, host: CgroupHost | None = None) 
         dirs = _in_unified(host.unified, needed, name, made)
         if dirs is None:
             dirs = _in_v1(host, needed, name, made)
-        for directory in dirs:
-            _set_limits(directory, limits)
+        for directory, controllers in dirs:
+            _set_limits(directory, controllers, limits)
     except (OSError, _Unenforceable) as exc:
         for directory in reversed(made):
             with contextlib.suppress(OSError):
@@ -188,7 +188,7 @@ def limit_argv(limits: KernelLimits, name: str, host: CgroupHost | None = None) 
         raise KernelError(
             f"[kernel] {keys} cannot be enforced here: {cause}; {_FIX} {keys}"
         ) from None
-    procs = [str(directory / "cgroup.procs") for directory in dirs]
+    procs = [str(directory / "cgroup.procs") for directory, _ in dirs]
     return ["/bin/sh", "-c", ENTER_SCRIPT, "recursa-limits", *procs, "--"]
 
 
@@ -240,7 +240,7 @@ def oom_kills(name: str, host: CgroupHost | None = None) -> int:
 
 def _in_unified(
     unified: Hierarchy | None, needed: tuple[Controller, ...], name: str, made: list[Path]
-) -> list[Path] | None:
+) -> list[tuple[Path, tuple[Controller, ...]]] | None:
     """The kernel's cgroup in the v2 hierarchy, made; None when this process's
     cgroup there does not offer every controller ``needed`` (then v1 may)."""
     if unified is None:
@@ -255,7 +255,7 @@ def _in_unified(
     missing = set(needed) - _words(base / "cgroup.subtree_control")
     if missing:
         _delegate(unified, base, sorted(missing))
-    return [_make(base / f"{CGROUP_PREFIX}{name}", made)]
+    return [(_make(base / f"{CGROUP_PREFIX}{name}", made), needed)]
 
 
 def _delegate(unified: Hierarchy, base: Path, controllers: list[str]) -> None:
@@ -285,32 +285,35 @@ def _delegate(unified: Hierarchy, base: Path, controllers: list[str]) -> None:
 
 def _in_v1(
     host: CgroupHost, needed: tuple[Controller, ...], name: str, made: list[Path]
-) -> list[Path]:
+) -> list[tuple[Path, tuple[Controller, ...]]]:
     """The kernel's cgroups in the v1 hierarchies of ``needed``, made."""
-    dirs: list[Path] = []
+    dirs: list[tuple[Path, tuple[Controller, ...]]] = []
     for controller in needed:
         hierarchy = host.v1.get(controller)
         if hierarchy is None:
             raise _Unenforceable(f"no cgroup hierarchy here has the {controller} controller")
-        dirs.append(_make(hierarchy.own / f"{CGROUP_PREFIX}{name}", made))
+        dirs.append((_make(hierarchy.own / f"{CGROUP_PREFIX}{name}", made), (controller,)))
     return dirs
 
 
-def _set_limits(directory: Path, limits: KernelLimits) -> None:
-    """Write ``limits`` into one kernel cgroup (v2 or v1 file names, whichever
-    it has; only the controllers of its hierarchy)."""
-    if limits.memory_bytes is not None:
+def _set_limits(directory: Path, controllers: tuple[Controller, ...], limits: KernelLimits) -> None:
+    """Write ``limits`` of ``controllers`` into one kernel cgroup, by the file
+    names of its version. A limit file that is not there (the controller is
+    not enabled for it) is refused, never created or skipped."""
+    if "memory" in controllers and limits.memory_bytes is not None:
         memory = str(limits.memory_bytes)
-        if (directory / "memory.max").exists():
+        if (directory / "memory.max").exists():  # v2
             _write(directory / "memory.max", memory)
             if (directory / "memory.swap.max").exists():
                 _write(directory / "memory.swap.max", "0")
-        elif (directory / "memory.limit_in_bytes").exists():
+        elif (directory / "memory.limit_in_bytes").exists():  # v1
             # memsw (memory + swap) may not be below the memory limit: set after it.
             _write(directory / "memory.limit_in_bytes", memory)
             if (directory / "memory.memsw.limit_in_bytes").exists():
                 _write(directory / "memory.memsw.limit_in_bytes", memory)
-    if limits.max_processes is not None and (directory / "pids.max").exists():
+        else:
+            raise _Unenforceable(f"{directory} has no memory limit file")
+    if "pids" in controllers and limits.max_processes is not None:
         _write(directory / "pids.max", str(limits.max_processes))
 
 
