@@ -32,6 +32,14 @@ included, and an idle kernel runs about a dozen of its own. The memory limit
 has no swap beyond it (``memory.swap.max`` 0, or ``memory.memsw`` equal to it).
 Every function takes the cgroup layout as :class:`CgroupHost` (tests pass a
 fake one); by default it is read from ``/proc/self``.
+
+For the launcher: the prefix comes first, before a sandbox's own command (its
+shell writes to ``/sys/fs/cgroup`` as this process sees it), so the sandbox
+is inside the cgroup too; a kernel that cannot write the cgroup tree (a
+sandbox's read-only filesystem) cannot leave it. Call :func:`release_limits`
+when a kernel is stopped, never when one is let go to be reattached later.
+Kernels' cgroups are found from this process's own cgroup: a daemon restarted
+in another cgroup does not find those of the kernels it reattached.
 """
 
 from __future__ import annotations
