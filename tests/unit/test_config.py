@@ -211,7 +211,7 @@ def test_an_unknown_key_lists_the_valid_ones(tmp_path: Path, text: str, message:
     [
         (
             "[providers.openai]\nmax_retries = 1000000000\n",
-            "providers.openai.max_retries must be from 0 to 100, not 1000000000",
+            "providers.openai.max_retries must be from 0 to 20, not 1000000000",
         ),
         ("[limits]\nmax_steps = -1\n", "limits.max_steps must be from 0 to 1000000, not -1"),
         ('[limits]\nmax_time = "400d"\n', "limits.max_time must be from 0s to 366d, not '400d'"),

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound, UsageError
 from recursa.protocol.events import InputSource, SessionCreated, StatusChanged
+from recursa.protocol.fields import check_session_name
 from recursa.protocol.wire import (
     AgentMessage,
     Budget,
@@ -40,7 +41,6 @@ from recursa.protocol.wire import (
     UsageNode,
 )
 from recursa.store import MessageRow, SessionRow, UsageTotals
-from recursa.store.sessions import check_name
 
 if TYPE_CHECKING:
     from recursa.runtime.runtime import Runtime
@@ -110,6 +110,7 @@ class Tree:
                 f"sub-agents nest at most {limit} deep and this session is at depth {depth - 1}: "
                 "do the work here (the limit is [agents] max_depth)"
             )
+        self._check_room(caller)
         if not isinstance(request.task, str) or not request.task.strip():
             raise UsageError("rlm() needs a task: a non-empty string")
         meta: dict[str, object] = {"depth": depth}
@@ -120,7 +121,7 @@ class Tree:
         qualified = None
         if request.name is not None:
             try:
-                check_name(request.name)
+                check_session_name(request.name)
             except ValueError as exc:
                 raise UsageError(str(exc)) from exc
             qualified = f"{caller}:{request.name}"
@@ -152,6 +153,19 @@ class Tree:
         child.wake()
         self.pulse.notify()
         return self.handle(row)
+
+    def _check_room(self, caller: str) -> None:
+        """Refuse a child beyond ``[agents] max_children``: every child not deleted
+        counts (an idle or unloaded one can be woken again), so one cell cannot
+        admit hundreds of sessions; deleting a finished child frees its place."""
+        limit = self.runtime.config.agents.max_children
+        alive = sum(1 for row in self.store.sessions(parent_id=caller) if row.status != "deleted")
+        if alive >= limit:
+            raise UsageError(
+                f"this session already has {alive} sub-agents, the most it may have "
+                f"([agents] max_children = {limit}): wait for them and delete finished ones "
+                "with await rlm.delete_subagent(handle) before starting more"
+            )
 
     def _apply_spec(self, caller: str, request: Spawn, meta: dict[str, object]) -> Spawn:
         """``rlm(task, spec=NAME)``: the active sub-agent spec the caller sees
