@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv)
     except RecursaError as exc:
-        print(f"recursa: {exc}", file=sys.stderr)
+        # A message may quote what a model chose (a name, a reference, its text).
+        from recursa.cli.terminal import printable
+
+        print(f"recursa: {printable(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
