@@ -97,6 +97,8 @@ class Tree:
         self.pulse = runtime.pulse
         self._clock = clock
         self._sent: dict[str, collections.deque[float]] = {}
+        self._live: dict[str, int] = {}
+        """Children not deleted, per parent (see :meth:`_check_room`)."""
 
     # ----------------------------------------------------------------- spawn
 
@@ -148,6 +150,7 @@ class Tree:
             self.store.inbox.enqueue(
                 row.id, request.task, source="parent", sender=caller, mode="follow_up"
             )
+        self._live[caller] = self._live.get(caller, 0) + 1
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         child = self.runtime.get(row.id)
         child.wake()
@@ -157,9 +160,16 @@ class Tree:
     def _check_room(self, caller: str) -> None:
         """Refuse a child beyond ``[agents] max_children``: every child not deleted
         counts (an idle or unloaded one can be woken again), so one cell cannot
-        admit hundreds of sessions; deleting a finished child frees its place."""
+        admit hundreds of sessions; deleting a finished child frees its place.
+
+        The count is read from the store once per parent and then kept here:
+        only :meth:`spawn` adds children and only :meth:`delete` removes them
+        (which forgets the count), so a spawn does not list every sibling."""
         limit = self.runtime.config.agents.max_children
-        alive = sum(1 for row in self.store.sessions(parent_id=caller) if row.status != "deleted")
+        alive = self._live.get(caller)
+        if alive is None:
+            rows = self.store.sessions(parent_id=caller)
+            alive = self._live[caller] = sum(1 for row in rows if row.status != "deleted")
         if alive >= limit:
             raise UsageError(
                 f"this session already has {alive} sub-agents, the most it may have "
@@ -279,6 +289,9 @@ class Tree:
                 session.status = "deleted"
                 session.published(record)
             self.runtime.forget(victim.id)
+            self._live.pop(victim.id, None)
+            if victim.parent_id is not None:
+                self._live.pop(victim.parent_id, None)
         self.pulse.notify()
         return self.handle(self.store.session(row.id))
 
