@@ -40,6 +40,7 @@ from recursa.protocol.wire import (
     Usage,
     UsageNode,
 )
+from recursa.store import MAX_NAME_CHARS as MAX_STORED_NAME_CHARS
 from recursa.store import MessageRow, SessionRow, UsageTotals
 
 if TYPE_CHECKING:
@@ -127,6 +128,12 @@ class Tree:
             except ValueError as exc:
                 raise UsageError(str(exc)) from exc
             qualified = f"{caller}:{request.name}"
+            if len(qualified) > MAX_STORED_NAME_CHARS:
+                room = MAX_STORED_NAME_CHARS - len(caller) - 1
+                raise UsageError(
+                    f"a sub-agent's name has at most {room} characters here "
+                    f"(it is stored as PARENT_ID:NAME), not {len(request.name)}"
+                )
             meta["name"] = request.name
         if request.budget is not None:
             meta["budget"] = self._check_budget(request.budget, model)
