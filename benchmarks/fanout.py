@@ -46,6 +46,7 @@ from pathlib import Path
 
 import psutil
 
+from recursa.config import MAX_CHILDREN, AgentsConfig
 from recursa.models.faux import FauxReply, code, per_session, register_script, reply
 from recursa.models.types import Request
 from recursa.protocol.events import CellFinished, KernelStatus
@@ -69,6 +70,8 @@ FANOUT_CELL = (
 CHILD_CELLS = ("x = sum(range(1000))", "print(x)")
 CHILD_ANSWER = "part done"
 KERNEL = "ipykernel_launcher"
+AGENTS = AgentsConfig(max_children=MAX_CHILDREN)
+"""One root admits every child the benchmark asks for (up to --calls + 1 at once)."""
 LAG_TICK = 0.01
 MIB = 1 << 20
 
@@ -243,7 +246,7 @@ async def admission(calls: int, timeout: float) -> None:
     spawns: list[float] = []
     lags: list[float] = []
     with scratch_home() as home:
-        async with make_runtime(home / "h") as runtime:
+        async with make_runtime(home / "h", agents=AGENTS) as runtime:
             time_spawns(runtime, spawns)
             root = await runtime.create_session(model="faux/admitter", cwd=home)
             began = time.monotonic()
@@ -293,7 +296,7 @@ async def fanout(n: int, every: float, timeout: float) -> None:
     register_script("fanner", [], fallback=parent_model(n))
     cpu_before = cpu_seconds()
     with scratch_home() as home, Sampler(every) as sampler:
-        async with make_runtime(home / "h") as runtime:
+        async with make_runtime(home / "h", agents=AGENTS) as runtime:
             root = await runtime.create_session(model="faux/fanner", cwd=home)
             began = time.monotonic()
             root.send("fan out")

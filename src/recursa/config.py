@@ -14,7 +14,7 @@ The file, field by field::
     api_key = "..."                     # better: the environment variable below
     api_key_env = "OPENAI_API_KEY"
     timeout = 600                       # seconds per request
-    max_retries = 4                     # extra attempts after a retryable failure
+    max_retries = 4                     # extra attempts after a retryable failure, at most 20
 
     [prices."openai/gpt-4o-mini"]       # USD per million tokens
     input = 0.15
@@ -49,6 +49,7 @@ The file, field by field::
 
     [agents]
     max_depth = 2                       # sub-agents of sub-agents of ...: how deep
+    max_children = 64                   # sub-agents of one session not deleted, at most
     max_message_chars = 65536           # one agent message
     max_pending = 200                   # messages waiting for one session
     messages_per_minute = 120           # one session's send rate
@@ -68,7 +69,7 @@ The file, field by field::
 
 Every table and key above is the schema (:class:`ConfigFile`): an unknown key
 is an error that lists the known ones, a value of the wrong type or out of its
-range (``max_retries`` from 0 to 100, say) is refused in one line naming the
+range (``max_retries`` from 0 to 20, say) is refused in one line naming the
 key. Durations (``timeout``, ``max_time``, ``cell_timeout``, ...) are written
 as ``"90s"``, ``"1h30m"``, ``"2d"`` or a number of seconds (:mod:`recursa.duration`).
 Sizes (``memory_max``) are a number of bytes or a number with a binary unit:
@@ -118,6 +119,8 @@ MIN_KERNEL_PROCESSES = 16
 DEFAULT_LOCAL_N_CTX = 8192
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 DEFAULT_MAX_DEPTH = 2
+DEFAULT_MAX_CHILDREN = 64
+MAX_CHILDREN = 100_000
 DEFAULT_MAX_MESSAGE_CHARS = 65536
 DEFAULT_MAX_PENDING = 200
 DEFAULT_MESSAGES_PER_MINUTE = 120
@@ -221,6 +224,8 @@ class AgentsConfig:
     """Sub-agents and the messages between agents."""
 
     max_depth: int = DEFAULT_MAX_DEPTH
+    max_children: int = DEFAULT_MAX_CHILDREN
+    """Sub-agents of one session that are not deleted; deleting one frees its place."""
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_pending: int = DEFAULT_MAX_PENDING
     messages_per_minute: int = DEFAULT_MESSAGES_PER_MINUTE
@@ -347,7 +352,9 @@ def color_enabled(stream: TextIO) -> bool:
 DAY = 86_400.0
 YEAR = 366 * DAY
 """The longest time limit, interval or timeout a field accepts: longer is a typo."""
-MAX_RETRIES = 100
+MAX_RETRIES = 20
+"""Retries of one model call at most. With the backoff's longest wait (60 s),
+20 retries already span many minutes: more only spends a budget on an outage."""
 MAX_COUNT = 10**12
 """The largest count a field accepts (tokens per run): more is a typo, not a budget."""
 HARNESS_KINDS = ("skill", "prompt_note", "memory", "subagent_spec")
@@ -427,6 +434,7 @@ class SessionsTable(_Table):
 
 class AgentsTable(_Table):
     max_depth: Annotated[int, within(0, 100)] = DEFAULT_MAX_DEPTH
+    max_children: Annotated[int, within(1, MAX_CHILDREN)] = DEFAULT_MAX_CHILDREN
     max_message_chars: Annotated[int, within(1, 100_000_000)] = DEFAULT_MAX_MESSAGE_CHARS
     max_pending: Annotated[int, within(1, 1_000_000)] = DEFAULT_MAX_PENDING
     messages_per_minute: Annotated[int, within(1, 1_000_000)] = DEFAULT_MESSAGES_PER_MINUTE

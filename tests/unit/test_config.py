@@ -211,7 +211,16 @@ def test_an_unknown_key_lists_the_valid_ones(tmp_path: Path, text: str, message:
     [
         (
             "[providers.openai]\nmax_retries = 1000000000\n",
-            "providers.openai.max_retries must be from 0 to 100, not 1000000000",
+            "providers.openai.max_retries must be from 0 to 20, not 1000000000",
+        ),
+        (
+            "[providers.openai]\nmax_retries = 21\n",
+            "providers.openai.max_retries must be from 0 to 20, not 21",
+        ),
+        ("[agents]\nmax_children = 0\n", "agents.max_children must be from 1 to 100000, not 0"),
+        (
+            "[agents]\nmax_children = 100001\n",
+            "agents.max_children must be from 1 to 100000, not 100001",
         ),
         ("[limits]\nmax_steps = -1\n", "limits.max_steps must be from 0 to 1000000, not -1"),
         ('[limits]\nmax_time = "400d"\n', "limits.max_time must be from 0s to 366d, not '400d'"),
@@ -284,3 +293,9 @@ def test_kernel_environment_refuses_provider_keys_even_when_allowed() -> None:
     env = kernel_environment({"OPENAI_API_KEY": "k", "HOME": "/h"}, extra_allow=["OPENAI_API_KEY"])
     assert "OPENAI_API_KEY" not in env
     assert env["HOME"] == "/h"
+
+
+def test_max_children_defaults_to_64_and_is_read_from_the_file(tmp_path: Path) -> None:
+    assert load_config({"RECURSA_HOME": str(tmp_path)}).agents.max_children == 64
+    write(tmp_path, "[agents]\nmax_children = 7\n")
+    assert load_config({"RECURSA_HOME": str(tmp_path)}).agents.max_children == 7

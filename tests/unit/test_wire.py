@@ -60,7 +60,11 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
             {"task": "x", "autonomous": {"gates": [1]}},
             "autonomous.gates[0] must be a string",
         ),
-        (CreateSession, {"task": "x", "name": "n" * 501}, "name must be at most 500 characters"),
+        (
+            CreateSession,
+            {"task": "x", "name": "n" * 501},
+            "name: a session name has 1 to 100 characters, not 501",
+        ),
         (CreateSession, {}, "task is required"),
         (SendMessage, {"text": ["hi"]}, "text must be a string"),
         (
@@ -77,7 +81,7 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
         (Spawn, {"task": "t", "budget": {"time": 0}}, "budget.time must be more than 0s"),
         (AgentMessage, {"text": "hi", "to": 3}, "to must be a string, not 3"),
         (Spawn, {"task": " \n"}, "task must be a non-empty string"),
-        (Spawn, {"task": "t", "name": ""}, "name must be a non-empty string"),
+        (Spawn, {"task": "t", "name": ""}, "name: a session name has 1 to 100 characters, not 0"),
         (AgentMessage, {"text": "", "to": "parent"}, "text must be a non-empty string"),
         (AgentMessage, {"text": "hi", "to": ""}, "to must be a non-empty string"),
         (HarnessEdit, {"op": "create", "entry": "e"}, "entry: a create names no entry"),

@@ -11,12 +11,14 @@ commands need at the top, and rich (tables) on first use.
 from __future__ import annotations
 
 import io
+import logging
 import sys
 import traceback
 
 import typer
 
 from recursa.errors import RecursaError
+from recursa.redact import RedactingFilter, redact
 
 app = typer.Typer(
     name="recursa",
@@ -56,11 +58,16 @@ def main(argv: list[str] | None = None) -> None:
         # print them as escapes rather than fail.
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+    last = logging.lastResort
+    if last is not None and not any(isinstance(f, RedactingFilter) for f in last.filters):
+        # What a runtime hosted here (--no-daemon) logs reaches stderr through
+        # the last-resort handler: without URL credentials, like daemon.log.
+        last.addFilter(RedactingFilter())
     _register()
     try:
         app(args=argv)
     except RecursaError as exc:
-        print(f"recursa: {exc}", file=sys.stderr)
+        print(f"recursa: {_shown(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -69,13 +76,21 @@ def main(argv: list[str] | None = None) -> None:
 
         if debug_enabled():
             traceback.print_exc()
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        first = _shown(str(exc).splitlines()[0]) if str(exc) else ""
         print(
             f"recursa: internal error: {type(exc).__name__}: {first} "
             "(a bug; RECURSA_DEBUG=1 shows the traceback)",
             file=sys.stderr,
         )
         sys.exit(1)
+
+
+def _shown(message: str) -> str:
+    """An error message as printed: it may quote what a model chose (a name, a
+    reference, its text) or a URL, so without control sequences or credentials."""
+    from recursa.cli.terminal import printable
+
+    return printable(redact(message))
 
 
 __all__ = ["app", "main"]

@@ -13,6 +13,8 @@ import typer
 
 from recursa.cli.tables import Col, Row, print_table
 from recursa.config import load_config
+from recursa.errors import UsageError
+from recursa.protocol.fields import MAX_NAME_CHARS
 from recursa.protocol.wire import to_json
 
 if TYPE_CHECKING:
@@ -20,7 +22,31 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SessionArg = Annotated[str, typer.Argument(help="Session id, id prefix or name.")]
+
+def reference(value: str | None) -> str | None:
+    """A session's or entry's reference from the command line, checked before it
+    goes anywhere: :class:`UsageError` (one line, exit 2) when it holds bytes
+    that are not UTF-8 (which Python decodes to lone surrogates) or is longer
+    than any reference can be (:data:`~recursa.protocol.fields.MAX_NAME_CHARS`).
+    None (an optional reference left out) passes."""
+    if value is None:
+        return None
+    if len(value) > MAX_NAME_CHARS:
+        raise UsageError(
+            f"a reference has at most {MAX_NAME_CHARS} characters; this one has {len(value):,}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = typed_text(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise UsageError(f"a reference is UTF-8 text; '{shown}' holds other bytes") from None
+    return value
+
+
+SessionArg = Annotated[
+    str, typer.Argument(help="Session id, id prefix or name.", callback=reference)
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout.")]
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Do not snapshot namespaces; stop at once.")
@@ -74,6 +100,7 @@ __all__ = [
     "SessionArg",
     "dump",
     "print_listing",
+    "reference",
     "typed_text",
     "with_client",
 ]

@@ -23,7 +23,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from recursa.cli import app
-from recursa.cli.common import JsonOpt, SessionArg, print_listing
+from recursa.cli.common import JsonOpt, SessionArg, print_listing, reference
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
@@ -153,7 +153,8 @@ def add(
 @schedule_app.command("list")
 def list_jobs(
     session: Annotated[
-        str | None, typer.Argument(help="Only this session's jobs (id, prefix or name).")
+        str | None,
+        typer.Argument(help="Only this session's jobs (id, prefix or name).", callback=reference),
     ] = None,
     everything: Annotated[
         bool, typer.Option("--all", help="Finished and cancelled jobs too.")

@@ -17,7 +17,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from recursa.cli import app
-from recursa.cli.common import JsonOpt, SessionArg, print_listing
+from recursa.cli.common import JsonOpt, SessionArg, print_listing, reference
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
@@ -39,7 +39,7 @@ SHORT_HISTORY = 10
 
 T = TypeVar("T")
 
-EntryArg = Annotated[str, typer.Argument(help="Entry id, id prefix or title.")]
+EntryArg = Annotated[str, typer.Argument(help="Entry id, id prefix or title.", callback=reference)]
 
 
 def _when(seconds: float) -> str:
@@ -80,13 +80,16 @@ ENTRY_COLUMNS = (
 
 @harness_app.command("show")
 def show(
-    entry: Annotated[str | None, typer.Argument(help="Entry id, id prefix or title.")] = None,
+    entry: Annotated[
+        str | None, typer.Argument(help="Entry id, id prefix or title.", callback=reference)
+    ] = None,
     prompt: Annotated[
         str | None,
         typer.Option(
             "--prompt",
             metavar="SESSION",
             help="Instead: the supplement injected into SESSION's next model call.",
+            callback=reference,
         ),
     ] = None,
     json_out: JsonOpt = False,

@@ -7,11 +7,11 @@ stays visible. ``--json`` writes one object per line to stdout instead.
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from recursa.cli.terminal import printable
 from recursa.protocol.events import (
     AssistantReply,
     AutonomousEnded,
@@ -37,20 +37,6 @@ _RESET = "\x1b[0m"
 SHOWN_CELL_CHARS = 4000
 """Characters of one cell's output shown while it runs; the rest is counted.
 (The model's view is bounded separately; the full text is in the store.)"""
-
-_CONTROL = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI sequences (colors, cursor moves)
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC sequences (titles, clipboard writes)
-    r"|\x1b[@-_]?"  # other escapes
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other C0 and C1 controls (\t and \n stay)
-)
-
-
-def printable(text: str) -> str:
-    """Text safe for a terminal: no escape or control sequences from the model or
-    its cells (an OSC sequence could set the clipboard); tabs and newlines stay."""
-    return _CONTROL.sub("", text)
-
 
 _STYLES = {
     "dim": "\x1b[2m",

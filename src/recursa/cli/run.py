@@ -39,9 +39,11 @@ from recursa.cli.render import (
     result_line,
     usage_line,
 )
+from recursa.cli.terminal import printable
 from recursa.config import Config, color_enabled, load_config, parse_duration
 from recursa.errors import UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
+from recursa.protocol.fields import check_session_name
 from recursa.protocol.wire import (
     CreateSession,
     SendMessage,
@@ -151,6 +153,11 @@ def run(
         raise UsageError(f"--cwd {cwd}: not a directory")
     if detach and (no_daemon or interactive):
         raise UsageError("--detach needs the daemon and no --interactive")
+    if name is not None:
+        try:
+            check_session_name(name)
+        except ValueError as exc:
+            raise UsageError(f"--name: {exc}") from None
     request = CreateSession(
         task=task if task and task.strip() else None,
         model=model,
@@ -284,9 +291,11 @@ def _descendants(node: UsageNode) -> list[str]:
 
 
 def _answer(end: TurnEnded | None, json_lines: bool) -> None:
-    """A turn's answer on stdout, as soon as it is known (not in --json mode)."""
+    """A turn's answer on stdout, as soon as it is known (not in --json mode, where
+    the result line carries it unchanged). It is the model's text: printed without
+    its control sequences (:mod:`recursa.cli.terminal`), to a terminal or not."""
     if not json_lines and end is not None and end.reason == "answered" and end.answer is not None:
-        sys.stdout.write(end.answer.rstrip() + "\n")
+        sys.stdout.write(printable(end.answer).rstrip() + "\n")
         sys.stdout.flush()
 
 
@@ -309,11 +318,14 @@ def _finish(
         return
     printer.summary(totals, elapsed)
     if autonomous is not None:
-        print(f"recursa: {autonomous[0]}", file=sys.stderr)
+        print(f"recursa: {printable(autonomous[0])}", file=sys.stderr)
         return
     if end is None or end.reason == "answered":
         return
     if end.reason in LIMIT_REASONS:
-        print(f"recursa: stopped without an answer: {end.detail}", file=sys.stderr)
+        print(f"recursa: stopped without an answer: {printable(end.detail)}", file=sys.stderr)
     else:
-        print(f"recursa: stopped without an answer ({end.reason}): {end.detail}", file=sys.stderr)
+        print(
+            f"recursa: stopped without an answer ({end.reason}): {printable(end.detail)}",
+            file=sys.stderr,
+        )

@@ -54,6 +54,7 @@ from recursa.daemon.paths import (
 from recursa.daemon.server import DaemonServer, bind_socket
 from recursa.errors import ConfigError, DaemonError, RecursaError, one_line
 from recursa.protocol.wire import Shutdown
+from recursa.redact import redact_logs
 from recursa.supervisor import Supervisor
 
 
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    redact_logs()  # URL credentials never reach daemon.log, whoever logs them
     paths = DaemonPaths.for_home(args.home)
     lock = DaemonLock(paths)
     try:
@@ -106,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ALREADY_RUNNING
         secrets = read_secrets(sys.stdin)
         config = load_config(overrides={**secrets, "RECURSA_HOME": str(paths.home)})
+        redact_logs(config.secrets)
         factory = load_host_factory(args.host_factory)
         asyncio.run(_run(paths, config, factory))
         return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from recursa.config import Config, Price
 from recursa.models import catalog, local
 from recursa.models.registry import registered_names
+from recursa.redact import redact
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ def rows(config: Config) -> list[Row]:
         table = config.providers.get(name)
         if table is None:
             continue
-        where = table.base_url or "the official endpoint"
+        where = redact(table.base_url) if table.base_url else "the official endpoint"
         if table.api_key:
             ok, detail = True, f"{table.kind} API at {where}; key set"
         elif table.base_url:

@@ -24,8 +24,8 @@ Transport failures are classified by the adapters: an SDK timeout is
 short or undecodable after the response began is ``malformed``.
 
 Every message is one line, starts with the provider name and never contains
-a configured secret: :func:`clean` collapses whitespace, truncates, and
-replaces each secret with ``[redacted]``.
+a configured secret or a URL's credentials: :func:`clean` collapses
+whitespace, truncates, and replaces each with ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ from collections.abc import Iterable, Mapping
 
 from recursa.errors import FailureKind, one_line
 from recursa.models.types import Failed
+from recursa.redact import REDACTED, redact
 
 MESSAGE_LIMIT = 300
 """Characters of a server's message kept in a failure message."""
-
-REDACTED = "[redacted]"
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context_length_exceeded|maximum context length|context window|prompt is too long"
@@ -152,8 +151,9 @@ def retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) 
 
 
 def clean(text: object, secrets: Iterable[str] = ()) -> str:
-    """``text`` as one short line with every secret replaced by ``[redacted]``."""
-    line = one_line(str(text))
+    """``text`` as one short line with every secret and every URL's credentials
+    replaced by ``[redacted]`` (:func:`recursa.redact.redact`)."""
+    line = redact(one_line(str(text)))
     for secret in secrets:
         if secret:
             line = line.replace(secret, REDACTED)

@@ -13,6 +13,7 @@ is judged further in, by the host.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Annotated
 
@@ -25,6 +26,8 @@ MAX_TEXT_CHARS = 4_000_000
 """A task, a message, an entry's content: bounded by the body's size (16 MiB) anyway."""
 MAX_NAME_CHARS = 500
 """A name, a model reference, a session or entry reference, a label, a spec."""
+MAX_SESSION_NAME_CHARS = 100
+"""A session's own name (see :func:`check_session_name`)."""
 MAX_PATH_CHARS = 4096
 MAX_COUNT = 10**12
 """Tokens, steps, turns: more is a typo, not a budget."""
@@ -55,6 +58,32 @@ def _wait(value: float) -> float:
     return value
 
 
+_SESSION_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_session_name(name: str) -> str:
+    """``name`` if it can name a session, else ``ValueError`` in one line.
+
+    A session name is 1 to :data:`MAX_SESSION_NAME_CHARS` of the characters
+    ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..``: it is one word on a command
+    line, part of an address (``child:NAME``) and safe in a path, so a name
+    such as ``../../etc`` is refused rather than kept and left unreachable.
+    """
+    if not isinstance(name, str):
+        raise ValueError("a session name is a string")
+    if not 1 <= len(name) <= MAX_SESSION_NAME_CHARS:
+        raise ValueError(
+            f"a session name has 1 to {MAX_SESSION_NAME_CHARS} characters, not {len(name):,}"
+        )
+    if not _SESSION_NAME.fullmatch(name) or name in (".", ".."):
+        shown = repr(name) if len(name) <= 40 else repr(name[:40]) + "..."
+        raise ValueError(
+            f"a session name is made of the characters A-Z a-z 0-9 . _ - "
+            f"(and is not . or ..): {shown} is not"
+        )
+    return name
+
+
 def one_of(allowed: Iterable[str]) -> AfterValidator:
     """A pydantic check that a string is one of ``allowed``, for fields that are
     plain ``str`` to their Python callers (a CLI flag's text)."""
@@ -77,6 +106,8 @@ FilledName = Annotated[Name, AfterValidator(_filled)]
 """A name that is not blank (a model, a job, a message's recipient)."""
 Instructions = Annotated[Text | None, AfterValidator(_blank_is_none)]
 """A refinement's or compaction's extra instructions: blank ones are none."""
+SessionName = Annotated[str, AfterValidator(check_session_name)]
+"""A session's own name: :func:`check_session_name`."""
 PathText = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
 Count = Annotated[int, within(0, MAX_COUNT)]
 """A count where 0 is allowed (and often means no limit)."""
@@ -98,6 +129,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_PATH_CHARS",
     "MAX_SECONDS",
+    "MAX_SESSION_NAME_CHARS",
     "MAX_TEXT_CHARS",
     "MAX_WAIT_SECONDS",
     "Cost",
@@ -111,8 +143,10 @@ __all__ = [
     "PositiveCost",
     "PositiveSeconds",
     "Seconds",
+    "SessionName",
     "Text",
     "Version",
     "Wait",
+    "check_session_name",
     "one_of",
 ]

@@ -47,6 +47,7 @@ from recursa.protocol.fields import (
     PositiveCost,
     PositiveSeconds,
     Seconds,
+    SessionName,
     Text,
     Version,
 )
@@ -137,7 +138,7 @@ class CreateSession:
     task: Text | None
     model: Name | None = None
     cwd: PathText | None = None
-    name: Name | None = None
+    name: SessionName | None = None
     max_steps: Count | None = None
     max_tokens: Count | None = None
     max_time: Seconds | None = None
@@ -202,7 +203,7 @@ class Spawn:
     """``rlm(task, name=..., model=..., spec=..., budget=...)``."""
 
     task: FilledText
-    name: FilledName | None = None
+    name: SessionName | None = None
     model: FilledName | None = None
     spec: FilledName | None = None
     budget: Budget | None = None

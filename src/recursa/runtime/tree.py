@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from recursa.errors import NotFound, UsageError
 from recursa.protocol.events import InputSource, SessionCreated, StatusChanged
+from recursa.protocol.fields import check_session_name
 from recursa.protocol.wire import (
     AgentMessage,
     Budget,
@@ -39,8 +40,8 @@ from recursa.protocol.wire import (
     Usage,
     UsageNode,
 )
+from recursa.store import MAX_NAME_CHARS as MAX_STORED_NAME_CHARS
 from recursa.store import MessageRow, SessionRow, UsageTotals
-from recursa.store.sessions import check_name
 
 if TYPE_CHECKING:
     from recursa.runtime.runtime import Runtime
@@ -97,6 +98,8 @@ class Tree:
         self.pulse = runtime.pulse
         self._clock = clock
         self._sent: dict[str, collections.deque[float]] = {}
+        self._live: dict[str, int] = {}
+        """Children not deleted, per parent (see :meth:`_check_room`)."""
 
     # ----------------------------------------------------------------- spawn
 
@@ -110,6 +113,7 @@ class Tree:
                 f"sub-agents nest at most {limit} deep and this session is at depth {depth - 1}: "
                 "do the work here (the limit is [agents] max_depth)"
             )
+        self._check_room(caller)
         if not isinstance(request.task, str) or not request.task.strip():
             raise UsageError("rlm() needs a task: a non-empty string")
         meta: dict[str, object] = {"depth": depth}
@@ -120,10 +124,16 @@ class Tree:
         qualified = None
         if request.name is not None:
             try:
-                check_name(request.name)
+                check_session_name(request.name)
             except ValueError as exc:
                 raise UsageError(str(exc)) from exc
             qualified = f"{caller}:{request.name}"
+            if len(qualified) > MAX_STORED_NAME_CHARS:
+                room = MAX_STORED_NAME_CHARS - len(caller) - 1
+                raise UsageError(
+                    f"a sub-agent's name has at most {room} characters here "
+                    f"(it is stored as PARENT_ID:NAME), not {len(request.name)}"
+                )
             meta["name"] = request.name
         if request.budget is not None:
             meta["budget"] = self._check_budget(request.budget, model)
@@ -147,11 +157,32 @@ class Tree:
             self.store.inbox.enqueue(
                 row.id, request.task, source="parent", sender=caller, mode="follow_up"
             )
+        self._live[caller] = self._live.get(caller, 0) + 1
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         child = self.runtime.get(row.id)
         child.wake()
         self.pulse.notify()
         return self.handle(row)
+
+    def _check_room(self, caller: str) -> None:
+        """Refuse a child beyond ``[agents] max_children``: every child not deleted
+        counts (an idle or unloaded one can be woken again), so one cell cannot
+        admit hundreds of sessions; deleting a finished child frees its place.
+
+        The count is read from the store once per parent and then kept here:
+        only :meth:`spawn` adds children and only :meth:`delete` removes them
+        (which forgets the count), so a spawn does not list every sibling."""
+        limit = self.runtime.config.agents.max_children
+        alive = self._live.get(caller)
+        if alive is None:
+            rows = self.store.sessions(parent_id=caller)
+            alive = self._live[caller] = sum(1 for row in rows if row.status != "deleted")
+        if alive >= limit:
+            raise UsageError(
+                f"this session already has {alive} sub-agents, the most it may have "
+                f"([agents] max_children = {limit}): wait for them and delete finished ones "
+                "with await rlm.delete_subagent(handle) before starting more"
+            )
 
     def _apply_spec(self, caller: str, request: Spawn, meta: dict[str, object]) -> Spawn:
         """``rlm(task, spec=NAME)``: the active sub-agent spec the caller sees
@@ -265,6 +296,9 @@ class Tree:
                 session.status = "deleted"
                 session.published(record)
             self.runtime.forget(victim.id)
+            self._live.pop(victim.id, None)
+            if victim.parent_id is not None:
+                self._live.pop(victim.parent_id, None)
         self.pulse.notify()
         return self.handle(self.store.session(row.id))
 
