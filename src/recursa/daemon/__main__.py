@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         help="what opens the host (for tests; default: %(default)s)",
     )
     args = parser.parse_args(argv)
-    harden_process()
+    hardened = harden_process()
     # Until the server handles signals itself, SIGTERM unwinds like Ctrl-C, so
     # a host opened meanwhile is still closed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not hardened:
+        logger.warning("could not make the daemon non-dumpable: same-user processes can read it")
     paths = DaemonPaths.for_home(args.home)
     lock = DaemonLock(paths)
     try:

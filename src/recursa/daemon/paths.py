@@ -255,9 +255,11 @@ def write_state(paths: DaemonPaths, state: DaemonState) -> None:
 def clear_stale(paths: DaemonPaths) -> bool:
     """Remove the socket and state file a dead daemon left, if no daemon holds
     the lock (checked under the lock, so a starting daemon is never robbed of
-    its fresh files). Returns whether the lock was free."""
+    its fresh files). Returns whether the lock was free. A world-writable home
+    is refused (:func:`check_home`)."""
     if not paths.home.is_dir():
         return True  # no daemon ever ran here
+    check_home(paths.home)  # before the lock file is made in a home that is refused
     lock = DaemonLock(paths)
     if not lock.acquire():
         return False
