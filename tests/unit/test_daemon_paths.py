@@ -63,7 +63,7 @@ def test_the_kernel_socket_has_a_directory_of_its_own(tmp_path: Path) -> None:
     (directory / "kernel.sock").write_text("")  # a dead daemon's socket is expected there
     assert kernel_socket_dir(paths) == directory
     (directory / "daemon.token").write_text("stray")
-    with pytest.raises(DaemonError, match="must hold only kernel.sock; remove daemon.token"):
+    with pytest.raises(DaemonError, match=r"must hold only kernel\.sock; remove daemon\.token"):
         kernel_socket_dir(paths)
 
 
