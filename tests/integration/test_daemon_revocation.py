@@ -1,6 +1,8 @@
-"""A kernel's request in flight when its token is revoked (its session was
-stopped while the request's body was still arriving) starts nothing: the
-route asks again, right before the host starts work, and answers 401."""
+"""Kernel tokens end with their session's kernel: a session unloaded or
+stopped has its tokens revoked at once, and a kernel's request in flight
+when its token is revoked (its session was stopped while the request's body
+was still arriving) starts nothing: the route asks again, right before the
+host starts work, and answers 401."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ import pytest
 
 from fake_kernel_host import FakeKernelHost
 from recursa.daemon.embedded import serve_embedded
+from recursa.models.faux import per_session, register_script, reply
+from recursa.protocol.person_ops import SessionRef
+from recursa.runtime.host import RuntimeHost
+from recursa.testing.runtime import make_runtime
 
 WAIT = 10.0
 
@@ -53,3 +59,20 @@ async def test_a_request_whose_token_is_revoked_mid_body_starts_nothing(
     assert reply.status_code == 401, reply.text
     assert reply.json()["error"]["kind"] == "auth"
     assert host.kernel_calls == []
+
+
+async def test_unloading_or_stopping_a_session_revokes_its_kernel_tokens(
+    home: Path, tmp_path: Path
+) -> None:
+    register_script("idle", [], fallback=per_session(reply("done")))
+    async with make_runtime(home) as runtime:
+        host = RuntimeHost(runtime)
+        for let_go in ("unload", "stop"):
+            session = await runtime.create_session(model="faux/idle", cwd=tmp_path)
+            token = runtime.boundaries.kernel_env(session.id)["RECURSA_KERNEL_TOKEN"]
+            assert host.kernels.session_of_token(token) == session.id
+            if let_go == "unload":
+                await runtime.get(session.id).unload()
+            else:
+                await host.people.stop(SessionRef(session.id), None)
+            assert host.kernels.session_of_token(token) is None, let_go
