@@ -8,17 +8,20 @@ a sandbox: the client token in ``daemon.token`` too).
   client token; so an approval sent from a kernel never records ``human``,
   and the proposed global entry stays ``proposed``.
 - ``recursa stop`` revokes the session's kernel token before it returns.
+- After a crash, the next daemon binds the kernel socket again in the same
+  directory, and the reattached kernel reaches it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import httpx2
 
-from daemon_kit import recursa
+from daemon_kit import kill_daemon, recursa
 from recursa.daemon.client import DaemonClient
 from recursa.daemon.paths import DaemonPaths
 from recursa.protocol.person_ops import HARNESS_SHOW, EntryRef
@@ -48,6 +51,23 @@ for socket_name, socket in (("people", people_socket), ("kernel", kernel_socket)
 with open("tried.json", "w") as f:
     json.dump({{"socket": kernel_socket, "tried": tried}}, f)
 """
+
+
+KEEP_ENV = (
+    "import os, json\n"
+    "json.dump({k: os.environ[k] for k in ('RECURSA_API_SOCKET', 'RECURSA_KERNEL_TOKEN')},"
+    " open('kernel.json', 'w'))"
+)
+
+
+def kernel_get(held: dict[str, str], route: str) -> int:
+    """The status of a GET on the kernel socket with the kernel's token."""
+    with httpx2.Client(
+        transport=httpx2.HTTPTransport(uds=held["RECURSA_API_SOCKET"]),
+        base_url="http://recursa",
+        headers={"authorization": f"Bearer {held['RECURSA_KERNEL_TOKEN']}"},
+    ) as http:
+        return http.get(route).status_code
 
 
 def python(code: str) -> ToolCallSpec:
@@ -108,24 +128,31 @@ def test_no_approval_a_kernel_sends_records_human(
 def test_stop_revokes_the_kernel_token_before_it_returns(
     server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
-    keep = (
-        "import os, json\n"
-        "json.dump({k: os.environ[k] for k in ('RECURSA_API_SOCKET', 'RECURSA_KERNEL_TOKEN')},"
-        " open('kernel.json', 'w'))"
-    )
-    server.push(Reply(tool_calls=[python(keep)]), Reply(text="kept"))
+    server.push(Reply(tool_calls=[python(KEEP_ENV)]), Reply(text="kept"))
     session = run_detached(env, tmp_path, "keep your token")
     held = json.loads((tmp_path / "kernel.json").read_text())
-
-    def subagents() -> int:
-        with httpx2.Client(
-            transport=httpx2.HTTPTransport(uds=held["RECURSA_API_SOCKET"]),
-            base_url="http://recursa",
-            headers={"authorization": f"Bearer {held['RECURSA_KERNEL_TOKEN']}"},
-        ) as http:
-            return http.get("/v1/kernel/subagents").status_code
-
-    assert subagents() == 200
+    assert kernel_get(held, "/v1/kernel/subagents") == 200
     stopped = recursa(["stop", session], env, tmp_path)
     assert stopped.returncode == 0, stopped.stderr
-    assert subagents() == 401  # at once: no grace period for what the kernel left behind
+    # At once: no grace period for what the kernel left behind.
+    assert kernel_get(held, "/v1/kernel/subagents") == 401
+
+
+def test_after_a_crash_the_kernel_socket_comes_back_in_the_same_directory(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """A kernel sandbox has the directory mounted, not the socket: the next
+    daemon binds a new socket inside the same directory, and the reattached
+    kernel (which keeps its token) reaches it at the path it was given."""
+    server.push(Reply(tool_calls=[python(KEEP_ENV)]), Reply(text="kept"))
+    run_detached(env, tmp_path, "keep your token")
+    held = json.loads((tmp_path / "kernel.json").read_text())
+    directory = Path(held["RECURSA_API_SOCKET"]).parent
+    before = os.stat(directory).st_ino
+    kill_daemon(home)
+    assert Path(held["RECURSA_API_SOCKET"]).exists(), "a crash leaves the socket behind"
+    started = recursa(["daemon", "start"], env, tmp_path)
+    assert started.returncode == 0, started.stderr
+    assert os.stat(directory).st_ino == before
+    assert sorted(p.name for p in directory.iterdir()) == ["kernel.sock"]
+    assert kernel_get(held, "/v1/kernel/subagents") == 200
