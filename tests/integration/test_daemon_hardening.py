@@ -106,7 +106,8 @@ def test_a_world_writable_home_is_refused_with_one_line(tmp_path: Path, mode: in
     shared.mkdir()
     os.chmod(shared, mode)
     env = {**os.environ, "RECURSA_HOME": str(shared)}
-    line = fails(["daemon", "start"], env, tmp_path, 2)
-    assert "writable by every user" in line and str(shared) in line
+    for command in (["daemon", "start"], ["run", "--no-daemon", "--model", "faux/x", "hi"]):
+        line = fails(command, env, tmp_path, 2)
+        assert "writable by every user" in line and str(shared) in line
     assert stat.S_IMODE(os.stat(shared).st_mode) == mode
     assert list(shared.iterdir()) == []

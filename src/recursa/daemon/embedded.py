@@ -32,6 +32,7 @@ from recursa.daemon.host import served
 from recursa.daemon.paths import (
     KERNEL_SOCKET_NAME,
     MAX_SOCKET_PATH,
+    check_home,
     private_dir,
     remove_quietly,
     short_socket_dir,
@@ -130,6 +131,8 @@ async def serve_local(config: Config) -> AsyncIterator[tuple[Path, str]]:
     from recursa.runtime import Runtime
     from recursa.runtime.host import RuntimeHost
 
+    if config.home.is_dir():
+        check_home(config.home)  # as the daemon does; a new home is made 0700 by the store
     token = secrets.token_urlsafe(32)
     async with (
         await Runtime.open(config, warm_kernels=0) as runtime,
