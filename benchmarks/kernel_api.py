@@ -85,11 +85,11 @@ async def main(calls: int, runs: int, in_process: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="rk") as scratch:
         root = Path(scratch)
         async with (
-            serve_embedded(host, directory=root / "s") as socket,
+            serve_embedded(host, directory=root / "s") as sockets,
             Kernel(root, config.kernel.env, runtime_dir=root / "rt") as kernel,
         ):
             await kernel.export_env(
-                {api_client.ENV_SOCKET: str(socket), api_client.ENV_TOKEN: TOKEN}
+                {api_client.ENV_SOCKET: str(sockets.kernel), api_client.ENV_TOKEN: TOKEN}
             )
             for run in range(runs):
                 out = await kernel.execute(CELL.format(calls=calls), timeout=600)
@@ -97,7 +97,7 @@ async def main(calls: int, runs: int, in_process: bool) -> None:
                     raise SystemExit(out.text())
                 print(f"kernel  run {run + 1}: {summary(json.loads(out.text()))}")
             if in_process:
-                os.environ[api_client.ENV_SOCKET] = str(socket)
+                os.environ[api_client.ENV_SOCKET] = str(sockets.kernel)
                 os.environ[api_client.ENV_TOKEN] = TOKEN
                 await rlm("warm up")
                 samples = []

@@ -24,7 +24,7 @@ from fake_host import FakeHost
 from recursa.daemon.auth import KernelAuth
 from recursa.daemon.client import DaemonClient
 from recursa.daemon.paths import DaemonPaths, ensure_token, read_state
-from recursa.daemon.server import DaemonServer, bind_socket
+from recursa.daemon.server import DaemonServer, bind_kernel_socket, bind_socket
 from recursa.errors import (
     AuthError,
     DaemonError,
@@ -98,12 +98,14 @@ class ThreadedDaemon:
 
     async def _serve(self) -> None:
         sock = bind_socket(self.paths)
+        kernel_sock = bind_kernel_socket(self.paths)
         try:
             token = ensure_token(self.paths)
             self.server = DaemonServer(
                 self.host,
                 paths=self.paths,
                 sock=sock,
+                kernel_sock=kernel_sock,
                 token=token,
                 heartbeat=self._heartbeat,
                 kernel_auth=self._kernel_auth,
@@ -113,6 +115,7 @@ class ThreadedDaemon:
             await self.server.serve(handle_signals=False)
         finally:
             sock.close()
+            kernel_sock.close()
 
 
 @pytest.fixture
@@ -132,15 +135,17 @@ async def client(daemon: ThreadedDaemon) -> AsyncIterator[DaemonClient]:
         yield c
 
 
-def raw(paths: DaemonPaths, token: str | None = "from-file") -> httpx2.AsyncClient:
-    """Plain HTTP over the socket, for looking at the wire itself."""
+def raw(
+    paths: DaemonPaths, token: str | None = "from-file", *, socket: Path | None = None
+) -> httpx2.AsyncClient:
+    """Plain HTTP over the people's socket (or ``socket``), for looking at the wire itself."""
     headers = {}
     if token == "from-file":
         token = paths.token.read_text()
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
     return httpx2.AsyncClient(
-        transport=httpx2.AsyncHTTPTransport(uds=str(paths.socket)),
+        transport=httpx2.AsyncHTTPTransport(uds=str(socket or paths.socket)),
         base_url="http://recursa",
         headers=headers,
         trust_env=False,
@@ -253,17 +258,33 @@ async def test_a_missing_or_wrong_token_is_refused_with_nothing_revealed(
             await wrong.status()
 
 
-async def test_a_kernel_token_reaches_only_kernel_routes(home: Path, host: FakeHost) -> None:
+async def test_a_kernel_token_reaches_only_kernel_routes_on_the_kernel_socket(
+    home: Path, host: FakeHost
+) -> None:
     tokens = {"kernel-token-of-s1": "s1"}
     with ThreadedDaemon(home, host, kernel_auth=tokens.get) as running:
-        async with raw(running.paths, "kernel-token-of-s1") as http:
+        kernel_socket = running.paths.kernel_socket
+        async with raw(running.paths, "kernel-token-of-s1", socket=kernel_socket) as http:
             # Admitted under /v1/kernel/ (no such route yet, so 404, not 401) ...
             assert (await http.get("/v1/kernel/whoami")).status_code == 404
             # ... and refused everywhere else, like any wrong token.
             for path in ("/v1/status", "/v1/sessions"):
                 assert (await http.get(path)).status_code == 401
-        async with raw(running.paths, "kernel-token-of-nobody") as http:
+        async with raw(running.paths, "kernel-token-of-nobody", socket=kernel_socket) as http:
             assert (await http.get("/v1/kernel/whoami")).status_code == 401
+        # On the people's socket a kernel token is refused even under /v1/kernel/ ...
+        async with raw(running.paths, "kernel-token-of-s1") as http:
+            for path in ("/v1/kernel/whoami", "/v1/status"):
+                assert (await http.get(path)).status_code == 401
+        # ... and on the kernel socket the client token is refused everywhere.
+        async with raw(running.paths, socket=kernel_socket) as http:
+            for path in ("/v1/kernel/whoami", "/v1/status", "/v1/sessions"):
+                reply = await http.get(path)
+                assert reply.status_code == 401
+                assert reply.json()["error"]["kind"] == "auth"
+        assert sorted(p.name for p in kernel_socket.parent.iterdir()) == ["kernel.sock"]
+        assert stat.S_IMODE(os.stat(kernel_socket).st_mode) == 0o600
+    assert not kernel_socket.exists(), "removed on a clean stop"
 
 
 async def test_socket_is_private_and_no_tcp_port_is_open(daemon: ThreadedDaemon) -> None:

@@ -54,8 +54,8 @@ def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def socket_path(host: FakeKernelHost, short_dir: Path) -> AsyncIterator[Path]:
-    async with serve_embedded(host, directory=short_dir) as path:
-        yield path
+    async with serve_embedded(host, directory=short_dir) as sockets:
+        yield sockets.kernel
 
 
 @pytest.fixture
@@ -352,7 +352,8 @@ async def test_long_polls_end_when_the_server_stops(
     monkeypatch.setenv(api_client.ENV_TOKEN, tree["token"])
     tasks_before = asyncio.all_tasks()
     try:
-        async with serve_embedded(host, directory=short_dir) as path:
+        async with serve_embedded(host, directory=short_dir) as sockets:
+            path = sockets.kernel
             monkeypatch.setenv(api_client.ENV_SOCKET, str(path))
             handle = await rlm("task", name="a")
             waiting = asyncio.ensure_future(handle.wait())
@@ -377,13 +378,17 @@ async def test_the_socket_is_private_and_a_deep_directory_gets_a_short_one(
     deep = tmp_path / ("d" * 60) / ("e" * 40)
     monkeypatch.setenv(api_client.ENV_TOKEN, tree["token"])
     try:
-        async with serve_embedded(host, directory=deep) as path:
-            assert path.parent == Path(f"/tmp/recursa-{os.getuid()}")
-            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-            assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
-            monkeypatch.setenv(api_client.ENV_SOCKET, str(path))
+        async with serve_embedded(host, directory=deep) as sockets:
+            short = Path(f"/tmp/recursa-{os.getuid()}")
+            assert sockets.people.parent == short == sockets.kernel.parent.parent
+            assert sorted(p.name for p in sockets.kernel.parent.iterdir()) == ["kernel.sock"]
+            for path in sockets:
+                assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+                assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+            monkeypatch.setenv(api_client.ENV_SOCKET, str(sockets.kernel))
             assert (await rlm("task")).depth == 2
-        assert not path.exists()
+        assert not any(path.exists() for path in sockets)
+        assert not sockets.kernel.parent.exists()
     finally:
         await api_client.aclose()
 
@@ -401,9 +406,9 @@ async def test_export_env_refuses_what_an_environment_cannot_hold(tmp_path: Path
 async def test_kernel_and_client_tokens_reach_only_their_own_routes(
     host: FakeKernelHost, tree: dict[str, str], short_dir: Path
 ) -> None:
-    async with serve_embedded(host, directory=short_dir, token="the-client-token") as path:
+    async with serve_embedded(host, directory=short_dir, token="the-client-token") as sockets:
 
-        def raw(token: str) -> httpx2.AsyncClient:
+        def raw(token: str, path: Path = sockets.kernel) -> httpx2.AsyncClient:
             return httpx2.AsyncClient(
                 transport=httpx2.AsyncHTTPTransport(uds=str(path)),
                 base_url="http://recursa",
@@ -416,11 +421,17 @@ async def test_kernel_and_client_tokens_reach_only_their_own_routes(
                 reply = await kernel.request(method, route)
                 assert reply.status_code == 401
                 assert reply.json()["error"]["kind"] == "auth"
-        async with raw("the-client-token") as client:
+        async with raw(tree["token"], sockets.people) as kernel_on_people:
+            for route in ("/v1/kernel/subagents", "/v1/sessions"):
+                assert (await kernel_on_people.get(route)).status_code == 401
+        async with raw("the-client-token", sockets.people) as client:
             assert (await client.get("/v1/sessions")).status_code == 200
             reply = await client.post("/v1/kernel/rlm", json={"task": "t"})
             assert reply.status_code == 401
             assert (await client.get("/v1/kernel/subagents")).status_code == 401
+        async with raw("the-client-token") as client_on_kernel:
+            for route in ("/v1/kernel/subagents", "/v1/sessions"):
+                assert (await client_on_kernel.get(route)).status_code == 401
         async with raw("kt-nobody") as stranger:
             assert (await stranger.get("/v1/kernel/subagents")).status_code == 401
         async with raw(tree["token"]) as kernel:
@@ -453,8 +464,8 @@ async def test_usage_and_wait_quiet_round_trip_through_the_daemon_client(
     prepare_home(paths)
     token = ensure_token(paths)
     async with (
-        serve_embedded(host, directory=short_dir, token=token) as path,
-        DaemonClient(home, socket=path) as client,
+        serve_embedded(host, directory=short_dir, token=token) as sockets,
+        DaemonClient(home, socket=sockets.people) as client,
     ):
         assert await client.usage("root") == host.usage_tree
         with pytest.raises(NotFound):

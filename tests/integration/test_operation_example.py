@@ -29,8 +29,8 @@ async def test_a_sessions_subagents_are_listed_over_the_table(home: Path, tmp_pa
     token = secrets.token_urlsafe(16)
     async with (
         make_runtime(home) as runtime,
-        serve_embedded(RuntimeHost(runtime), directory=tmp_path / "people", token=token) as sock,
-        DaemonClient(home, socket=sock, token=token) as client,
+        serve_embedded(RuntimeHost(runtime), directory=tmp_path / "people", token=token) as sockets,
+        DaemonClient(home, socket=sockets.people, token=token) as client,
     ):
         root = await runtime.create_session(model="faux/quick", cwd=tmp_path, name="root")
         other = await runtime.create_session(model="faux/quick", cwd=tmp_path)

@@ -101,9 +101,10 @@ async def test_a_wrong_typed_body_is_a_400_with_one_line(
     root, _ = host.add_root("root")
     kernel_token = host.token_of(root)
     directory = tmp_path_factory.mktemp("api")
-    async with serve_embedded(host, directory=directory, token="person") as path:
+    async with serve_embedded(host, directory=directory, token="person") as sockets:
 
         def client(token: str) -> httpx2.AsyncClient:
+            path = sockets.people if token == "person" else sockets.kernel
             return httpx2.AsyncClient(
                 transport=httpx2.AsyncHTTPTransport(uds=str(path)),
                 base_url="http://recursa",

@@ -16,12 +16,13 @@ from recursa.daemon.paths import (
     DaemonState,
     clear_stale,
     ensure_token,
+    kernel_socket_dir,
     prepare_home,
     read_state,
     read_token,
     write_state,
 )
-from recursa.errors import DaemonError
+from recursa.errors import ConfigError, DaemonError
 
 
 @pytest.fixture
@@ -31,10 +32,55 @@ def paths(home: Path) -> DaemonPaths:
     return paths
 
 
-def test_home_is_made_private(home: Path) -> None:
-    home.mkdir(mode=0o755)
-    prepare_home(DaemonPaths.for_home(home))
+def test_a_new_home_is_private_and_an_existing_one_keeps_its_mode(home: Path) -> None:
+    assert prepare_home(DaemonPaths.for_home(home)) is True
     assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+    os.chmod(home, 0o755)  # the owner's choice: never changed behind their back
+    assert prepare_home(DaemonPaths.for_home(home)) is False
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o755
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o702])
+def test_a_world_writable_home_is_refused_in_one_line_and_left_alone(home: Path, mode: int) -> None:
+    home.mkdir()
+    os.chmod(home, mode)
+    with pytest.raises(ConfigError) as caught:
+        prepare_home(DaemonPaths.for_home(home))
+    message = str(caught.value)
+    assert "\n" not in message and "writable by every user" in message and str(home) in message
+    assert caught.value.exit_code == 2
+    assert stat.S_IMODE(os.stat(home).st_mode) == mode
+    assert list(home.iterdir()) == []
+
+
+def test_the_kernel_socket_has_a_directory_of_its_own(tmp_path: Path) -> None:
+    paths = DaemonPaths.for_home(tmp_path / "h")
+    assert paths.kernel_socket == paths.home / "kernel-api" / "kernel.sock"
+    prepare_home(paths)
+    directory = kernel_socket_dir(paths)
+    assert directory == paths.kernel_socket.parent
+    assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
+    (directory / "kernel.sock").write_text("")  # a dead daemon's socket is expected there
+    assert kernel_socket_dir(paths) == directory
+    (directory / "daemon.token").write_text("stray")
+    with pytest.raises(DaemonError, match=r"must hold only kernel\.sock; remove daemon\.token"):
+        kernel_socket_dir(paths)
+
+
+def test_a_long_home_gets_a_short_private_kernel_socket_directory(tmp_path: Path) -> None:
+    deep = tmp_path / ("x" * 80) / ("y" * 40)
+    paths = DaemonPaths.for_home(deep)
+    assert len(os.fsencode(paths.kernel_socket)) <= MAX_SOCKET_PATH
+    assert paths.kernel_socket == DaemonPaths.for_home(str(deep) + "/").kernel_socket
+    assert paths.kernel_socket.parent.parent == paths.socket.parent
+    assert paths.kernel_socket.parent != paths.socket.parent, "the kernels' directory is theirs"
+    prepare_home(paths)
+    directory = kernel_socket_dir(paths)
+    try:
+        assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
+        assert list(directory.iterdir()) == []
+    finally:
+        directory.rmdir()
 
 
 def test_state_round_trips_and_bad_files_read_as_absent(paths: DaemonPaths) -> None:

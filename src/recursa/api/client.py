@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import httpx2
 
 ENV_SOCKET = "RECURSA_API_SOCKET"
-"""The daemon's socket, as the kernel reaches it."""
+"""The daemon's kernel socket (apart from the people's), as the kernel reaches it."""
 ENV_TOKEN = "RECURSA_KERNEL_TOKEN"
 """The session's kernel token: the daemon derives the caller from it."""
 

@@ -7,7 +7,9 @@ provider credentials as a JSON object on stdin (so they are never in its
 In order: make the process non-dumpable; take the home's lock (another
 daemon holds it → one line, exit :data:`~recursa.daemon.paths.EXIT_ALREADY_RUNNING`);
 read the credentials from stdin (skipped when stdin is a terminal) and
-resolve the configuration with them; bind the socket; open the host; write
+resolve the configuration with them; bind the people's socket and the
+kernel socket (where kernels reach the kernel API: ``RECURSA_API_SOCKET``,
+see :mod:`recursa.daemon.paths`); open the host; write
 the state file and serve until a stop (the kernels' routes too, when the host
 serves them: :func:`~recursa.daemon.host.served`);
 close the host; release the lock.
@@ -51,7 +53,7 @@ from recursa.daemon.paths import (
     prepare_home,
     read_state,
 )
-from recursa.daemon.server import DaemonServer, bind_socket
+from recursa.daemon.server import DaemonServer, bind_kernel_socket, bind_socket
 from recursa.errors import ConfigError, DaemonError, RecursaError, one_line
 from recursa.protocol.wire import Shutdown
 from recursa.redact import redact_logs
@@ -59,8 +61,8 @@ from recursa.supervisor import Supervisor
 
 
 class HostFactory(Protocol):
-    """Opens the daemon's host; ``api_socket`` is the daemon's socket, where
-        kernels reach the kernel API. Returns the host (:func:`~recursa.daemon.host.served`
+    """Opens the daemon's host; ``api_socket`` is the daemon's kernel socket,
+    where kernels reach the kernel API. Returns the host (:func:`~recursa.daemon.host.served`
     tells its audiences apart) and the function that closes it."""
 
     def __call__(
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         help="what opens the host (for tests; default: %(default)s)",
     )
     args = parser.parse_args(argv)
-    harden_process()
+    hardened = harden_process()
     # Until the server handles signals itself, SIGTERM unwinds like Ctrl-C, so
     # a host opened meanwhile is still closed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     redact_logs()  # URL credentials never reach daemon.log, whoever logs them
+    if not hardened:
+        logger.warning("could not make the daemon non-dumpable: same-user processes can read it")
     paths = DaemonPaths.for_home(args.home)
     lock = DaemonLock(paths)
     try:
@@ -132,17 +136,29 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
     """Serve until a stop, then close the host. The daemon's own background
     tasks (signal handling, the stop watcher) run under one supervisor,
     closed last; the host's run under the host's."""
-    sock = bind_socket(paths)  # before the host starts threads: the umask is process-wide
+    # Both before the host starts threads: the umask is process-wide.
+    sock = bind_socket(paths)
+    try:
+        kernel_sock = bind_kernel_socket(paths)
+    except BaseException:
+        sock.close()
+        raise
     try:
         async with Supervisor("daemon", logger=logger) as tasks:
             token = ensure_token(paths)
-            opened, close = await factory(config, api_socket=paths.socket)
+            opened, close = await factory(config, api_socket=paths.kernel_socket)
             host, kernel_host = served(opened)
             try:
                 if kernel_host is None:
                     logger.warning("the host serves no kernel routes: kernels cannot reach it")
                 server = DaemonServer(
-                    host, paths=paths, sock=sock, token=token, kernel_host=kernel_host, tasks=tasks
+                    host,
+                    paths=paths,
+                    sock=sock,
+                    kernel_sock=kernel_sock,
+                    token=token,
+                    kernel_host=kernel_host,
+                    tasks=tasks,
                 )
                 await server.serve()
             finally:
@@ -150,6 +166,7 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
                 await close()
     finally:
         sock.close()
+        kernel_sock.close()
 
 
 def _force_on_signal(host: Host, tasks: Supervisor) -> None:

@@ -6,6 +6,9 @@ derived by :mod:`recursa.daemon.routes`: the people's rows
 :class:`~recursa.daemon.host.Host`, and the kernels' rows
 (:mod:`recursa.protocol.kernel_ops`, under ``/kernel/``, kernel tokens
 only) when the app is given a :class:`~recursa.daemon.host.KernelHost`.
+The routes are served twice, once per channel (:mod:`recursa.daemon.auth`):
+each socket gets its own :class:`~recursa.daemon.auth.TokenAuth` in front of
+the one router, so a request reaches a route only with its channel's token.
 ``recursa daemon openapi`` prints the people's rows as an OpenAPI document.
 
 Every failure is one JSON error body (:mod:`recursa.daemon.errormap`): a
@@ -15,6 +18,8 @@ refusals (no such route, a method not allowed) are wire errors too.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -31,7 +36,16 @@ from recursa.errors import one_line
 from recursa.protocol.wire import HEARTBEAT_SECONDS
 
 
-def create_app(
+class ChannelApps(NamedTuple):
+    """The daemon's app as each channel serves it."""
+
+    people: ASGIApp
+    """For the people's socket: the client token, the person rows."""
+    kernel: ASGIApp
+    """For the kernel socket: kernel tokens, the kernel rows."""
+
+
+def create_apps(
     host: Host,
     *,
     token: str,
@@ -39,14 +53,15 @@ def create_app(
     kernel_host: KernelHost | None = None,
     kernel_auth: KernelAuth | None = None,
     heartbeat: float = HEARTBEAT_SECONDS,
-) -> ASGIApp:
-    """The daemon's ASGI app behind :class:`~recursa.daemon.auth.TokenAuth`.
+) -> ChannelApps:
+    """The daemon's ASGI app behind each channel's :class:`~recursa.daemon.auth.TokenAuth`.
 
     ``host`` must serve every person row (TypeError naming those it lacks).
     With ``kernel_host``, the kernels' routes too, and a kernel token is
     mapped to its session by ``kernel_host.session_of_token`` (unless
-    ``kernel_auth`` is given: tests). ``stop`` ends event streams and long
-    polls; ``heartbeat`` is the longest silence on a followed stream."""
+    ``kernel_auth`` is given: tests); without either, the kernel channel
+    refuses everything. ``stop`` ends event streams and long polls;
+    ``heartbeat`` is the longest silence on a followed stream."""
     for target, audience in ((host, "person"), (kernel_host, "kernel")):
         missing = [] if target is None else missing_methods(target, audience)  # type: ignore[arg-type]
         if missing:
@@ -55,7 +70,10 @@ def create_app(
     if kernel_host is not None and kernel_auth is None:
         kernel_auth = kernel_host.session_of_token
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
-    return TokenAuth(app, token=token, kernel_auth=kernel_auth)
+    return ChannelApps(
+        people=TokenAuth(app, channel="people", token=token),
+        kernel=TokenAuth(app, channel="kernel", kernel_auth=kernel_auth),
+    )
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -69,4 +87,4 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return error_response("invalid", detail or f"bad request ({status})")
 
 
-__all__ = ["MAX_BODY_BYTES", "StopSignal", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "ChannelApps", "StopSignal", "create_apps"]

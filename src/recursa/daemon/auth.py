@@ -1,13 +1,21 @@
 """Who is calling: every request to the daemon carries ``Authorization: Bearer <token>``.
 
-Two kinds of caller exist (DESIGN.md, Processes):
+Two kinds of caller exist (DESIGN.md, Processes), and each has its own
+*channel*: a unix socket of its own, served by its own :class:`TokenAuth`.
 
-- a *client* (CLI, view, SDK) presents the token in ``daemon.token``
-  (compared in constant time) and may use every route but the kernels';
-- a *kernel* presents its session's token. The daemon derives the sender's
-  session from the token, so a kernel can never speak as another session.
-  Routes under :data:`KERNEL_PREFIX` accept kernel tokens only, and kernel
-  tokens are accepted nowhere else.
+- a *client* (CLI, view, SDK) speaks on the people's channel
+  (``daemon.sock``), presents the token in ``daemon.token`` (compared in
+  constant time) and may use every route but the kernels';
+- a *kernel* speaks on the kernel channel (``kernel-api/kernel.sock``) and
+  presents its session's token. The daemon derives the sender's session from
+  the token, so a kernel can never speak as another session. Only routes
+  under :data:`KERNEL_PREFIX` are served there.
+
+Each channel admits its own tokens only: a kernel token on the people's
+channel, or the client token on the kernel channel, is refused like a wrong
+one. The channel is part of the :class:`Principal`, so what is recorded as by
+a person (``human``) can only come in through the people's socket, whatever
+token a kernel's code got hold of.
 
 The extension point for kernels is :data:`KernelAuth`: a function from a
 presented token to the session id it belongs to, or None. The runtime
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -36,6 +44,9 @@ from recursa.protocol.wire import API_PREFIX, ERROR_STATUS, error_body
 KernelAuth = Callable[[str], str | None]
 """Maps a presented token to the id of the session it was issued to, or None."""
 
+Channel = Literal["people", "kernel"]
+"""The socket a request came in on: the people's (client token) or the kernels'."""
+
 KERNEL_PREFIX = f"{API_PREFIX}/kernel/"
 """The kernels' routes: only a kernel token reaches them, and nothing else."""
 
@@ -45,10 +56,20 @@ AUTH_MESSAGE = "a valid token is required"
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The authenticated caller: a client, or the kernel of ``session_id``."""
+    """The authenticated caller: a client on the people's channel, or the kernel
+    of ``session_id`` on the kernel channel. ``recheck`` asks again whether the
+    kernel's token is still valid (it is revoked when its session stops)."""
 
     kind: Literal["client", "kernel"]
     session_id: str | None = None
+    channel: Channel = "people"
+    recheck: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+
+    def still_admitted(self) -> bool:
+        """Whether the caller would be admitted now: a kernel's token may have been
+        revoked while its request was read. Synchronous, so a route that checks
+        it and then starts work without awaiting in between cannot be overtaken."""
+        return self.recheck is None or self.recheck()
 
 
 CLIENT = Principal("client")
@@ -75,15 +96,27 @@ def token_matches(presented: bytes, expected: bytes) -> bool:
 
 
 class TokenAuth:
-    """ASGI middleware: admit a request only with a valid token, and record its
+    """ASGI middleware for one channel: admit a request only with a valid token
+    of that channel, for a route of that channel, and record its
     :class:`Principal` in the scope for the routes. Non-HTTP scopes (lifespan)
-    pass through."""
+    pass through.
 
-    def __init__(self, app: ASGIApp, *, token: str, kernel_auth: KernelAuth | None = None) -> None:
-        if not token:
+    On the people's channel ``token`` (the client token) is required; on the
+    kernel channel ``kernel_auth`` is (without it every request is refused)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        channel: Channel,
+        token: str | None = None,
+        kernel_auth: KernelAuth | None = None,
+    ) -> None:
+        if channel == "people" and not token:
             raise ValueError("the client token must not be empty")
         self._app = app
-        self._token = token.encode("ascii")
+        self._channel = channel
+        self._token = (token or "").encode("ascii")
         self._kernel_auth = kernel_auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,17 +134,26 @@ class TokenAuth:
         presented = bearer_token(scope.get("headers", []))
         if presented is None:
             return None
-        path = scope.get("path", "")
-        if not path.startswith(KERNEL_PREFIX):
-            return CLIENT if token_matches(presented, self._token) else None
-        if self._kernel_auth is None:
+        kernel_route = scope.get("path", "").startswith(KERNEL_PREFIX)
+        if self._channel == "people":
+            if kernel_route or not token_matches(presented, self._token):
+                return None
+            return CLIENT
+        kernel_auth = self._kernel_auth
+        if not kernel_route or kernel_auth is None:
             return None
         try:
             text = presented.decode("ascii")
         except UnicodeDecodeError:
             return None
-        session_id = self._kernel_auth(text)
-        return Principal("kernel", session_id) if session_id else None
+        session_id = kernel_auth(text)
+        if not session_id:
+            return None
+
+        def recheck() -> bool:
+            return kernel_auth(text) == session_id
+
+        return Principal("kernel", session_id, channel="kernel", recheck=recheck)
 
 
 def principal_of(scope: Scope) -> Principal:
@@ -142,6 +184,7 @@ __all__ = [
     "AUTH_MESSAGE",
     "CLIENT",
     "KERNEL_PREFIX",
+    "Channel",
     "KernelAuth",
     "Principal",
     "TokenAuth",

@@ -2,19 +2,34 @@
 
 ::
 
-    $RECURSA_HOME/            0700: nothing below is reachable by other users
-      daemon.sock             the unix socket (0600); see below when the path is too long
+    $RECURSA_HOME/            0700 when the daemon makes it; an existing home keeps its mode
+      daemon.sock             the people's socket (0600): the client token only
+      kernel-api/             0700, holds nothing but kernel.sock (sandboxes mount it)
+        kernel.sock           the kernels' socket (0600): kernel tokens only
       daemon.json             state: pid, socket, started_at, version, protocol (atomic)
       daemon.token            the client token (0600), made once, never rewritten
       daemon.lock             flock()ed by the running daemon for its whole life
       daemon.log              the daemon's stderr
 
+The daemon serves two sockets, one per channel (:mod:`recursa.daemon.auth`).
+Kernels get the kernel socket as ``RECURSA_API_SOCKET``; a kernel sandbox
+bind-mounts its directory (:attr:`DaemonPaths.kernel_socket`'s parent)
+read-only, so that directory holds the socket and nothing else, and a
+daemon started after a crash binds a new socket at the same path inside it
+(the directory itself is never replaced, so mounts made earlier still see
+the new socket).
+
 An ``AF_UNIX`` path holds at most :data:`MAX_SOCKET_PATH` bytes. When
 ``$RECURSA_HOME/daemon.sock`` is longer, the socket lives in a private
 per-user directory, ``/tmp/recursa-<uid>/<hash of RECURSA_HOME>.sock``,
-which must be ours and 0700. The path is a pure function of the home, so
-client and daemon agree on it without reading anything; the state file
-records it too.
+which must be ours and 0700; a kernel socket too long the same way lives
+at ``/tmp/recursa-<uid>/<hash>.kernel/kernel.sock``. The paths are a pure
+function of the home, so client and daemon agree on them without reading
+anything; the state file records the people's socket too.
+
+A home the daemon creates is 0700. An existing home is used as it is (its
+mode is the owner's choice), except that a world-writable one is refused:
+anyone could replace the files in it.
 
 The lock decides whether a daemon runs, never the files: a socket or state
 file left by a crashed daemon is stale as soon as the lock is free, and the
@@ -35,10 +50,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from recursa.errors import DaemonError
+from recursa.errors import ConfigError, DaemonError
 from recursa.files import write_atomic
 
 SOCKET_NAME = "daemon.sock"
+KERNEL_DIR_NAME = "kernel-api"
+KERNEL_SOCKET_NAME = "kernel.sock"
 STATE_NAME = "daemon.json"
 TOKEN_NAME = "daemon.token"
 LOCK_NAME = "daemon.lock"
@@ -77,6 +94,16 @@ class DaemonPaths:
         return short_socket_dir() / f"{digest}.sock"
 
     @property
+    def kernel_socket(self) -> Path:
+        """``home/kernel-api/kernel.sock``, or the short fallback when that is too
+        long for AF_UNIX. Its directory is the kernels' alone: nothing else is put there."""
+        path = self.home / KERNEL_DIR_NAME / KERNEL_SOCKET_NAME
+        if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+            return path
+        digest = hashlib.sha256(os.fsencode(self.home)).hexdigest()[:20]
+        return short_socket_dir() / f"{digest}.kernel" / KERNEL_SOCKET_NAME
+
+    @property
     def state(self) -> Path:
         return self.home / STATE_NAME
 
@@ -99,17 +126,65 @@ def short_socket_dir() -> Path:
     return SHORT_SOCKET_ROOT / f"recursa-{os.getuid()}"
 
 
-def prepare_home(paths: DaemonPaths) -> None:
-    """Create the home if needed and make it 0700, and the socket's directory
-    when it lives outside the home. Raises :class:`DaemonError` (one line) when
-    either cannot be made private."""
+def prepare_home(paths: DaemonPaths) -> bool:
+    """Create the home (0700) if it is missing, and the people's socket
+    directory when it lives outside the home. An existing home keeps its mode.
+    Returns whether the home was made now.
+
+    Raises :class:`~recursa.errors.ConfigError` (one line) for a
+    world-writable home, and :class:`DaemonError` (one line) when a directory
+    cannot be made or is not private."""
     try:
-        paths.home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(paths.home, 0o700)
+        paths.home.mkdir(mode=0o700, parents=True)
+        made = True
+    except FileExistsError:
+        made = False
     except OSError as exc:
         raise DaemonError(f"cannot prepare RECURSA_HOME {paths.home}: {exc.strerror}") from exc
+    if made:
+        os.chmod(paths.home, 0o700)  # mkdir's mode passes through the umask
+    else:
+        check_home(paths.home)
     if paths.socket.parent != paths.home:
         private_dir(paths.socket.parent)
+    return made
+
+
+def check_home(home: Path) -> None:
+    """Refuse a home that is not a directory, or that others may write to."""
+    try:
+        info = os.stat(home)
+    except OSError as exc:
+        raise DaemonError(f"cannot use RECURSA_HOME {home}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise DaemonError(f"RECURSA_HOME {home} is not a directory")
+    if info.st_mode & stat.S_IWOTH:
+        raise ConfigError(
+            f"RECURSA_HOME {home} is writable by every user (mode "
+            f"{stat.S_IMODE(info.st_mode):o}); use a directory of your own"
+        )
+
+
+def kernel_socket_dir(paths: DaemonPaths) -> Path:
+    """The kernel socket's directory, made (0700) or checked (:func:`socket_only_dir`)."""
+    directory = paths.kernel_socket.parent
+    if directory.parent != paths.home:
+        private_dir(directory.parent)  # the short fallback's per-user root
+    socket_only_dir(directory)
+    return directory
+
+
+def socket_only_dir(path: Path) -> None:
+    """Make ``path`` (0700), or accept it only if it is a real directory, ours,
+    private, and holds nothing but :data:`KERNEL_SOCKET_NAME`: it is mounted
+    into every kernel sandbox, so whatever sits in it is shown to the model's code."""
+    private_dir(path)
+    strays = sorted(entry.name for entry in path.iterdir() if entry.name != KERNEL_SOCKET_NAME)
+    if strays:
+        raise DaemonError(
+            f"the kernel socket directory {path} must hold only {KERNEL_SOCKET_NAME}; "
+            f"remove {', '.join(strays[:3])}"
+        )
 
 
 def private_dir(path: Path) -> None:
@@ -180,9 +255,11 @@ def write_state(paths: DaemonPaths, state: DaemonState) -> None:
 def clear_stale(paths: DaemonPaths) -> bool:
     """Remove the socket and state file a dead daemon left, if no daemon holds
     the lock (checked under the lock, so a starting daemon is never robbed of
-    its fresh files). Returns whether the lock was free."""
+    its fresh files). Returns whether the lock was free. A world-writable home
+    is refused (:func:`check_home`)."""
     if not paths.home.is_dir():
         return True  # no daemon ever ran here
+    check_home(paths.home)  # before the lock file is made in a home that is refused
     lock = DaemonLock(paths)
     if not lock.acquire():
         return False
@@ -305,18 +382,22 @@ class DaemonLock:
 
 __all__ = [
     "EXIT_ALREADY_RUNNING",
+    "KERNEL_SOCKET_NAME",
     "LOCK_WAIT",
     "MAX_SOCKET_PATH",
     "DaemonLock",
     "DaemonPaths",
     "DaemonState",
+    "check_home",
     "clear_stale",
     "ensure_token",
+    "kernel_socket_dir",
     "prepare_home",
     "private_dir",
     "read_state",
     "read_token",
     "remove_quietly",
     "short_socket_dir",
+    "socket_only_dir",
     "write_state",
 ]

@@ -3,8 +3,10 @@
 Each row of :func:`~recursa.protocol.operations.operations` becomes one
 Starlette route under :data:`~recursa.protocol.wire.API_PREFIX` that:
 
-1. for a kernel row, takes the caller from the kernel token (never from the
-   request);
+1. checks the caller's channel: a person row only for a client on the
+   people's channel (what such a row records is by ``human``), a kernel row
+   only for a kernel on the kernel channel, whose caller it takes from the
+   kernel token (never from the request);
 2. builds the request value from the path parameters, and the query (``GET``,
    ``DELETE``) or the JSON body (other methods), with
    :func:`~recursa.protocol.wire.from_json`, which checks every field's type
@@ -13,7 +15,9 @@ Starlette route under :data:`~recursa.protocol.wire.API_PREFIX` that:
 3. reads the command key of a ``command`` row from the ``Recursa-Client``
    and ``Recursa-Command`` headers (None when both are absent; one without
    the other is a 400);
-4. calls the host's method of the row's name, under
+4. for a kernel row, asks again whether the kernel's token is still valid
+   (a stop revokes it while the body is read), then, with no await in
+   between, calls the host's method of the row's name, under
    :func:`~recursa.daemon.replies.long_poll` for a long poll;
 5. answers the reply as JSON with the row's status (a ``stream`` row: the
    NDJSON event stream of :mod:`recursa.daemon.stream`).
@@ -31,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recursa.daemon.auth import principal_of
+from recursa.daemon.auth import Principal, principal_of
 from recursa.daemon.replies import (
     Handler,
     StopSignal,
@@ -79,11 +83,14 @@ def _endpoint(
     method = getattr(target, op.name)
 
     async def endpoint(request: Request) -> Response:
-        args: list[Any] = [_caller(request)] if op.audience == "kernel" else []
+        principal = _principal(request, op)
+        args: list[Any] = [principal.session_id] if op.audience == "kernel" else []
         if op.request is not None:
             args.append(await request_value(op, request))
         if op.command:
             args.append(command_key(request))
+        if not principal.still_admitted():
+            raise AuthError("a valid token is required")  # revoked while the request was read
         if op.stream:
             return EventStream(await method(*args), heartbeat=heartbeat, stop=stop)
         if op.long_poll:
@@ -132,11 +139,16 @@ def command_key(request: Request) -> CommandKey | None:
     return CommandKey(client, command)
 
 
-def _caller(request: Request) -> str:
+def _principal(request: Request, op: Operation[Any, Any]) -> Principal:
+    """The caller, if its channel serves ``op``. Auth already admits no other;
+    this is the defense behind it (a person row records ``human``)."""
     principal = principal_of(request.scope)
-    if principal.kind != "kernel" or not principal.session_id:
-        raise AuthError("kernel routes need a kernel's token")  # auth admits none: defense
-    return principal.session_id
+    if op.audience == "kernel":
+        if principal.channel != "kernel" or principal.kind != "kernel" or not principal.session_id:
+            raise AuthError("kernel routes need a kernel's token")
+    elif principal.channel != "people" or principal.kind != "client":
+        raise AuthError("this route is served on the people's socket only")
+    return principal
 
 
 __all__ = ["MAX_HEADER_ID_CHARS", "command_key", "operation_routes", "request_value"]

@@ -1,8 +1,12 @@
-"""Serving the app with uvicorn on the daemon's unix socket, and only there.
+"""Serving the app with uvicorn on the daemon's two unix sockets, and only there.
 
-The socket is made here, not by uvicorn: bound under a restrictive umask and
-chmod 0600 before anything listens on it, inside a 0700 directory, so there
-is no moment at which another user could connect. No TCP listener exists.
+The people's socket (``daemon.sock``) and the kernel socket
+(``kernel-api/kernel.sock``) each get a uvicorn server of their own, with
+their channel's app (:class:`~recursa.daemon.app.ChannelApps`); they start
+and stop together. The sockets are made here, not by uvicorn: bound under a
+restrictive umask and chmod 0600 before anything listens on them, inside
+0700 directories, so there is no moment at which another user could
+connect. No TCP listener exists.
 
 A stop is asked for by ``POST /v1/shutdown`` (the app calls the host's
 ``shutdown`` and sets the shared :class:`~recursa.daemon.app.StopSignal`) or
@@ -10,8 +14,9 @@ by SIGTERM/SIGINT (here: ``host.shutdown(force=False)``, then the signal; a
 second signal escalates to ``force=True`` and stops waiting for
 connections). Open event streams end with a shutdown line, uvicorn drains the
 rest, and :meth:`DaemonServer.serve` returns; the caller then closes the
-host. On the way out the socket and the state file are removed; after a
-crash they stay, and the next daemon (holding the lock) replaces them.
+host. On the way out the sockets and the state file are removed; after a
+crash they stay, and the next daemon (holding the lock) replaces them (the
+kernel socket in the same directory, which kernel sandboxes have mounted).
 
 The server's background tasks (the stop watcher, a shutdown a signal began)
 run under the daemon's :class:`~recursa.supervisor.Supervisor`, or under one
@@ -34,12 +39,13 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from recursa import __version__
-from recursa.daemon.app import StopSignal, create_app
+from recursa.daemon.app import StopSignal, create_apps
 from recursa.daemon.auth import KernelAuth
 from recursa.daemon.host import Host, KernelHost
 from recursa.daemon.paths import (
     DaemonPaths,
     DaemonState,
+    kernel_socket_dir,
     prepare_home,
     read_state,
     remove_quietly,
@@ -64,6 +70,16 @@ def bind_socket(paths: DaemonPaths) -> socket.socket:
     prepare_home(paths)
     remove_quietly(paths.socket)
     return bind_private_socket(paths.socket)
+
+
+def bind_kernel_socket(paths: DaemonPaths) -> socket.socket:
+    """The kernel socket, bound (not yet listening) and 0600, in its own
+    directory (:func:`~recursa.daemon.paths.kernel_socket_dir`). A dead
+    daemon's socket there is replaced; the directory is kept, as kernel
+    sandboxes have it mounted."""
+    kernel_socket_dir(paths)
+    remove_quietly(paths.kernel_socket)
+    return bind_private_socket(paths.kernel_socket)
 
 
 def bind_private_socket(path: Path) -> socket.socket:
@@ -113,7 +129,9 @@ def make_server(app: ASGIApp) -> QuietServer:
 
 
 class DaemonServer:
-    """One daemon's HTTP service over ``host`` on a bound socket (:func:`bind_socket`)."""
+    """One daemon's HTTP service over ``host`` on its bound sockets: the
+    people's (:func:`bind_socket`) and, when given, the kernels'
+    (:func:`bind_kernel_socket`)."""
 
     def __init__(
         self,
@@ -122,6 +140,7 @@ class DaemonServer:
         paths: DaemonPaths,
         sock: socket.socket,
         token: str,
+        kernel_sock: socket.socket | None = None,
         kernel_host: KernelHost | None = None,
         kernel_auth: KernelAuth | None = None,
         heartbeat: float = HEARTBEAT_SECONDS,
@@ -130,9 +149,10 @@ class DaemonServer:
         self._host = host
         self._paths = paths
         self._sock = sock
-        self._inode = os.stat(paths.socket).st_ino
+        self._kernel_sock = kernel_sock
+        self._inodes = {path: os.stat(path).st_ino for path in self._socket_paths()}
         self.stop = StopSignal()
-        self._app = create_app(
+        self._apps = create_apps(
             host,
             token=token,
             stop=self.stop,
@@ -140,7 +160,7 @@ class DaemonServer:
             kernel_auth=kernel_auth,
             heartbeat=heartbeat,
         )
-        self._server: QuietServer | None = None
+        self._servers: list[QuietServer] = []
         self._signals = 0
         self._owns_tasks = tasks is None
         self._tasks = tasks or Supervisor("daemon server", logger=logger)
@@ -150,7 +170,10 @@ class DaemonServer:
         it served with. ``handle_signals`` needs the main thread. A shutdown a
         signal began may outlive this call under the daemon's supervisor (it is
         cancelled here when the server's supervisor is its own)."""
-        server = self._server = make_server(self._app)
+        served = [(make_server(self._apps.people), self._sock)]
+        if self._kernel_sock is not None:
+            served.append((make_server(self._apps.kernel), self._kernel_sock))
+        self._servers = [server for server, _ in served]
         state = DaemonState(
             pid=os.getpid(),
             socket=os.fspath(self._paths.socket),
@@ -159,14 +182,18 @@ class DaemonServer:
             protocol=PROTOCOL_VERSION,
         )
         loop = asyncio.get_running_loop()
-        watcher = self._tasks.start(self._exit_on_stop(server), name="stop watcher")
+        watcher = self._tasks.start(self._exit_on_stop(), name="stop watcher")
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             write_state(self._paths, state)
-            logger.info("serving on %s (pid %d)", self._paths.socket, state.pid)
-            await server.serve(sockets=[self._sock])
+            logger.info(
+                "serving on %s (pid %d)",
+                " and ".join(map(os.fspath, self._socket_paths())),
+                state.pid,
+            )
+            await _serve_all(served)
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
@@ -182,16 +209,18 @@ class DaemonServer:
         """Stop serving without asking the host to shut down (tests, embedding)."""
         self.stop.request()
 
-    async def _exit_on_stop(self, server: QuietServer) -> None:
+    async def _exit_on_stop(self) -> None:
         await self.stop.wait()
-        server.should_exit = True
+        for server in self._servers:
+            server.should_exit = True
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
         force = self._signals > 1
         logger.warning("%s: stopping%s", signal.Signals(sig).name, " now (force)" if force else "")
-        if force and self._server is not None:
-            self._server.force_exit = True
+        if force:
+            for server in self._servers:
+                server.force_exit = True
         self._tasks.start(
             self._shutdown_host(force=force), name=f"shutdown on {signal.Signals(sig).name}"
         )
@@ -204,20 +233,43 @@ class DaemonServer:
         finally:
             self.stop.request()
 
+    def _socket_paths(self) -> list[Path]:
+        paths = [self._paths.socket]
+        if self._kernel_sock is not None:
+            paths.append(self._paths.kernel_socket)
+        return paths
+
     def _remove_files(self, state: DaemonState) -> None:
-        """Remove the socket and state file if they are still this daemon's."""
-        with contextlib.suppress(OSError):
-            if os.stat(self._paths.socket).st_ino == self._inode:
-                remove_quietly(self._paths.socket)
+        """Remove the sockets and state file if they are still this daemon's."""
+        for path, inode in self._inodes.items():
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == inode:
+                    remove_quietly(path)
         current = read_state(self._paths)
         if current is not None and current.pid == state.pid:
             remove_quietly(self._paths.state)
+
+
+async def _serve_all(served: list[tuple[QuietServer, socket.socket]]) -> None:
+    """Serve every (server, socket) until all have stopped. One that ends early
+    (it failed to start, or crashed) stops the others, and its error is raised."""
+    tasks = [asyncio.ensure_future(server.serve(sockets=[sock])) for server, sock in served]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for server, _ in served:
+            server.should_exit = True
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 __all__ = [
     "GRACEFUL_TIMEOUT",
     "DaemonServer",
     "QuietServer",
+    "bind_kernel_socket",
     "bind_private_socket",
     "bind_socket",
     "make_server",

@@ -76,7 +76,7 @@ async def open_host(
 ) -> tuple[RuntimeHost, Callable[[], Awaitable[None]]]:
     """The daemon's host: the runtime opened, every session recovered, idle
     unloading running. ``api_socket`` is where kernels reach the kernel API
-    (the daemon's own socket). Returns the host and the function that closes it."""
+    (the daemon's kernel socket, apart from the people's). Returns the host and the function that closes it."""
     runtime = await Runtime.open(config, warm_kernels=1)
     runtime.api_socket = api_socket
     host = RuntimeHost(runtime)

@@ -223,6 +223,9 @@ class PeopleApi:
         seen = self._replayed(command, "stop")
         if seen is not None:
             return from_json(SessionInfo, seen)
+        # First, before anything awaits: from now its kernel (and whatever that
+        # kernel started) can reach nothing, so nothing it sends wakes it again.
+        self.store.tokens.revoke(row.id)
         target = self.runtime.get(row.id)
         self.runtime.goals.interrupted(row.id)
         await target.interrupt()

@@ -276,6 +276,7 @@ class KernelSlot:
         if the caller is cancelled (a session being closed that asked another to
         make room): a kernel half unloaded would belong to nobody."""
         task, self._task = self._task, None
+        self._revoke()
         if task is None:
             return
         unloading = self.deps.tasks.start(
@@ -289,6 +290,7 @@ class KernelSlot:
             kernel = await task
         except (KernelError, asyncio.CancelledError):
             return
+        self._revoke()  # a token minted while the kernel was still starting
         if self._dirty:
             await self._snapshot(kernel)
         await kernel.shutdown()
@@ -297,6 +299,13 @@ class KernelSlot:
         self.deps.record(
             KernelStatus(state="stopped", detail="unloaded; the namespace is in the snapshot")
         )
+
+    def _revoke(self) -> None:
+        """The kernel is being let go: from now its token opens nothing (a
+        process it left behind cannot start turns or sub-agents). Skipped when
+        a new kernel was asked for meanwhile: the token is that kernel's."""
+        if self._task is None:
+            self.deps.store.tokens.revoke(self.session_id)
 
     @property
     def ready(self) -> bool:
@@ -312,6 +321,7 @@ class KernelSlot:
         if self._unloading is not None:
             await asyncio.gather(self._unloading, return_exceptions=True)
         task, self._task = self._task, None
+        self._revoke()
         if task is None:
             return
         if not task.done():
@@ -320,6 +330,7 @@ class KernelSlot:
             kernel = await task
         except (KernelError, asyncio.CancelledError):
             return
+        self._revoke()  # a token minted while the kernel was still starting
         await kernel.shutdown()
         self.deps.kernels.release()
         self.deps.store.kernels.forget(self.session_id)

@@ -78,6 +78,34 @@ def create_private_file(path: Path) -> None:
         os.close(fd)
 
 
+def refuse_emptied(path: Path) -> None:
+    """Raise :class:`StoreError` (one line; the file is left as it is) when
+    ``path`` is a 0-byte file in a home that was used: SQLite would take it
+    for an empty database and the history would silently start over.
+
+    A home counts as used when it holds a session's directory (``sessions/``
+    with anything in it) or a non-empty write-ahead log. A new home may hold
+    a 0-byte file: :func:`create_private_file` makes it empty before SQLite
+    writes the schema, and a start cut short in between leaves it so."""
+    try:
+        if path.stat().st_size != 0:
+            return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from exc
+    sessions = path.parent / "sessions"
+    wal = path.with_name(path.name + "-wal")
+    used = (sessions.is_dir() and any(sessions.iterdir())) or (
+        wal.exists() and wal.stat().st_size > 0
+    )
+    if used:
+        raise StoreError(
+            f"the store {path} is empty (0 bytes) but this home has been used; "
+            "restore it from a backup, or move it away to start a new store"
+        )
+
+
 def connect(path: Path | None) -> sqlite3.Connection:
     """A tuned connection to ``path`` (``None``: a private in-memory database).
 
@@ -88,10 +116,11 @@ def connect(path: Path | None) -> sqlite3.Connection:
     it (the asyncio thread), and sqlite3 refuses any other.
 
     Raises :class:`StoreError` (one line naming the path) when the file cannot
-    be opened or is not a SQLite database.
+    be opened, is not a SQLite database, or was emptied (:func:`refuse_emptied`).
     """
     where = ":memory:" if path is None else str(path)
     if path is not None:
+        refuse_emptied(path)
         try:
             make_private_dirs(path.parent)
             create_private_file(path)
@@ -161,5 +190,6 @@ __all__ = [
     "connect",
     "create_private_file",
     "make_private_dirs",
+    "refuse_emptied",
     "translated",
 ]

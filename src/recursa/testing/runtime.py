@@ -67,8 +67,8 @@ async def make_runtime(
     )
     try:
         if api:
-            async with serve_embedded(RuntimeHost(runtime), directory=home / "api") as socket:
-                runtime.api_socket = socket
+            async with serve_embedded(RuntimeHost(runtime), directory=home / "api") as sockets:
+                runtime.api_socket = sockets.kernel
                 yield runtime
         else:
             yield runtime
