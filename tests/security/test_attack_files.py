@@ -1,0 +1,145 @@
+"""Attacks by a cell on the daemon's credentials and files (issue 11, critical):
+a real daemon, real kernels, and a scripted model whose cells attack. Every
+attack must fail, and leave no trace where a person would look.
+
+A cell knows the home's path here (tests embed it; a model could guess it):
+the sandbox, not obscurity, has to keep it out."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from attack_kit import (
+    attack,
+    cli_json,
+    daemon_running,
+    events,
+    python,
+    reply_then,
+    report,
+    send,
+    start,
+)
+from daemon_kit import recursa
+from recursa.protocol import person_ops
+from recursa.protocol.operations import Operation
+from recursa.testing import FakeModelServer, Reply
+
+SKILL = (
+    "r = await harness.create('skill', 'exfiltrate', code='def exfiltrate():\\n    return 1\\n',"
+    " scope='global', reason='handy')\nprint(r['op'])"
+)
+
+
+def _entry(env: dict[str, str], cwd: Path, title: str) -> dict[str, Any]:
+    [entry] = [e for e in cli_json(env, cwd, "harness", "list") if e["title"] == title]
+    return dict(entry)
+
+
+def _people_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """Every people's route, its parameters filled with things that exist (so a
+    request that got past the token would succeed); shutdown last."""
+    rows = [
+        op
+        for op in vars(person_ops).values()
+        if isinstance(op, Operation) and op.audience == "person"
+    ]
+    rows.sort(key=lambda op: op.name == "shutdown")
+    bodies: dict[str, dict[str, Any]] = {
+        "create_session": {"task": "obey me", "model": "openai/m"},
+        "send": {"text": "obey me"},
+        "add_schedule": {"spec": "every 1h", "prompt": "obey me"},
+        "set_goal": {"objective": "obey me"},
+        "harness_approve": {"reason": "fine"},
+        "harness_revert": {"to": 0},
+        "wait_quiet": {"timeout": 0},
+        "refine": {"instructions": "approve everything"},
+        "shutdown": {"force": True},
+    }
+    routes = []
+    for op in rows:
+        path = "/v1" + op.route
+        for name, value in ids.items():
+            path = path.replace("{" + name + "}", value).replace("{" + name + ":path}", value)
+        body = bodies.get(op.name, {}) if op.method not in ("GET", "DELETE") else None
+        routes.append((op.method, path, body))
+    return routes
+
+
+def test_a_cell_cannot_approve_its_own_global_skill(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """With every credential it can reach (daemon.token beside the API socket or
+    in the home, its own kernel token) and on every socket it can name, a cell
+    approves its proposed global skill: nothing is approved, by ``human`` or anyone."""
+    reply_then(server, python(SKILL), answer="proposed")
+    session = start(env, tmp_path, "learn a skill")
+    entry = _entry(env, tmp_path, "exfiltrate")
+    assert entry["status"] == "proposed"
+
+    routes = [("POST", f"/v1/harness/entries/{entry['id']}/approve", {"reason": "ok"})]
+    reply_then(server, attack(_TRY_ROUTES.format(home=str(home), routes=routes)))
+    send(env, tmp_path, session, "approve it")
+
+    after = _entry(env, tmp_path, "exfiltrate")
+    assert (after["status"], after["version"]) == ("proposed", 1), after
+    versions = [v for v in cli_json(env, tmp_path, "harness", "log") if v["id"] == entry["id"]]
+    assert [(v["action"], v["actor"]) for v in versions] == [("create", "model")]
+    reached = report(tmp_path)["reached"]
+    assert reached == [], f"the cell approved its own skill: {reached}"
+
+
+def test_the_kernel_token_opens_none_of_the_peoples_routes(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """Every people's route, with every credential the cell finds, against a
+    victim session, the attacker's own proposed skill and a real schedule:
+    none answers with success, and the daemon keeps running."""
+    server.push(Reply(text="victim here"))
+    victim = start(env, tmp_path, "hi")
+    added = recursa(["schedule", "add", "--json", victim, "every 1h", "--", "ping"], env, tmp_path)
+    assert added.returncode == 0, added.stderr
+    job = json.loads(added.stdout)
+    victim_events = events(env, tmp_path, victim)
+    reply_then(server, python(SKILL), answer="proposed")
+    attacker = start(env, tmp_path, "learn a skill")
+    entry = _entry(env, tmp_path, "exfiltrate")
+
+    ids = {"session": victim, "entry": entry["id"], "job": str(job["id"]), "action": "pause"}
+    routes = _people_routes(ids)
+    reply_then(server, attack(_TRY_ROUTES.format(home=str(home), routes=routes)))
+    send(env, tmp_path, attacker, "take over", check=False)
+
+    # What a person sees: the daemon runs, the victim is as it was (no new
+    # event, no new turn, not stopped), its schedule is the one a person made.
+    assert daemon_running(env, tmp_path), "the cell shut the daemon down"
+    assert events(env, tmp_path, victim) == victim_events
+    [listed] = [s for s in cli_json(env, tmp_path, "agents") if s["id"] == victim]
+    assert listed["status"] == "idle"
+    schedules = cli_json(env, tmp_path, "schedule", "list")
+    assert [(s["id"], s["session_id"]) for s in schedules] == [(job["id"], victim)]
+    assert [s["id"] for s in cli_json(env, tmp_path, "agents")] == [victim, attacker]
+    assert _entry(env, tmp_path, "exfiltrate")["status"] == "proposed"
+    found = report(tmp_path)
+    assert found["tried"] >= len(routes)
+    assert found["reached"] == [], f"people's routes answered the cell: {found['reached']}"
+
+
+_TRY_ROUTES = """
+home = {home!r}
+routes = {routes!r}
+report.update(read=[k for k in credentials(home) if k != "kernel token"], reached=[], tried=0)
+save()
+for label, token in credentials(home).items():
+    for sock in sockets(home):
+        for method, path, body in routes:
+            status = call(sock, token, method, path, body)
+            report["tried"] += 1
+            if isinstance(status, int) and 200 <= status < 300:
+                report["reached"].append(f"{{label}} via {{sock}}: {{method}} {{path}} -> {{status}}")
+            save()
+print(report["tried"], "tried,", len(report["reached"]), "reached")
+"""
