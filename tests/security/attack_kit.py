@@ -121,9 +121,7 @@ def start(env: Mapping[str, str], cwd: Path, task: str) -> str:
     return session
 
 
-def send(
-    env: Mapping[str, str], cwd: Path, session: str, text: str, *, check: bool = True
-) -> None:
+def send(env: Mapping[str, str], cwd: Path, session: str, text: str, *, check: bool = True) -> None:
     """Message ``session`` and wait until the turn it starts is over. Without
     ``check`` the wait may fail (an attack that worked can take the daemon down);
     the test then finds out what a person would see."""

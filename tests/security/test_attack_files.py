@@ -23,6 +23,7 @@ from attack_kit import (
     send,
     start,
 )
+
 from daemon_kit import recursa
 from recursa.protocol import person_ops
 from recursa.protocol.operations import Operation
