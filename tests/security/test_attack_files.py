@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from attack_kit import (
+    DEADLINE,
     attack,
     cli_json,
     daemon_running,
     events,
+    poll,
     python,
     reply_then,
     report,
@@ -24,7 +26,7 @@ from attack_kit import (
     start,
 )
 
-from daemon_kit import recursa
+from daemon_kit import daemon_pid, recursa
 from recursa.protocol import person_ops
 from recursa.protocol.operations import Operation
 from recursa.testing import FakeModelServer, Reply
@@ -111,12 +113,14 @@ def test_the_kernel_token_opens_none_of_the_peoples_routes(
 
     ids = {"session": victim, "entry": entry["id"], "job": str(job["id"]), "action": "pause"}
     routes = _people_routes(ids)
+    pid = daemon_pid(home)
     reply_then(server, attack(_TRY_ROUTES.format(home=str(home), routes=routes)))
     send(env, tmp_path, attacker, "take over", check=False)
 
     # What a person sees: the daemon runs, the victim is as it was (no new
     # event, no new turn, not stopped), its schedule is the one a person made.
-    assert daemon_running(env, tmp_path), "the cell shut the daemon down"
+    running = daemon_running(env, tmp_path) and daemon_pid(home) == pid
+    assert running, "the cell shut the daemon down (a CLI command may have started another)"
     assert events(env, tmp_path, victim) == victim_events
     [listed] = [s for s in cli_json(env, tmp_path, "agents") if s["id"] == victim]
     assert listed["status"] == "idle"
@@ -146,10 +150,25 @@ print(report["tried"], "tried,", len(report["reached"]), "reached")
 """
 
 
-def _other_connection_files(home: Path) -> list[str]:
+def _connection_files(home: Path) -> list[str]:
     """The kernels' connection files under the home, as the host sees them
-    (wherever the sandbox puts them): the victim's and the spare's, at least."""
+    (wherever the sandbox puts them)."""
     return sorted(str(p) for p in home.rglob("*.json") if p.name != "daemon.json")
+
+
+def _attacker_victim_and_spare(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> tuple[str, str, list[str]]:
+    """An attacker session, a victim session, and the spare kernel the next
+    session would get, all with live kernels: the two sessions' ids and the
+    connection files of all three kernels."""
+    server.push(Reply(text="ready"))
+    attacker = start(env, tmp_path, "wait for orders")
+    server.push(Reply(text="victim here"))
+    victim = start(env, tmp_path, "hi")
+    three = poll(lambda: len(_connection_files(home)) >= 3, DEADLINE)
+    assert three, f"not three kernels: {_connection_files(home)}"
+    return attacker, victim, _connection_files(home)
 
 
 def test_a_cell_reads_none_of_the_homes_secrets(
@@ -157,11 +176,8 @@ def test_a_cell_reads_none_of_the_homes_secrets(
 ) -> None:
     """daemon.token, recursa.db and every other kernel's connection file: the
     cell tries to read each and reads none."""
-    server.push(Reply(text="victim here"))
-    start(env, tmp_path, "hi")
+    attacker, _victim, files = _attacker_victim_and_spare(server, env, home, tmp_path)
     targets = [str(home / "daemon.token"), str(home / "recursa.db"), str(home / "daemon.json")]
-    files = _other_connection_files(home)
-    assert len(files) >= 2, files  # the victim's kernel and the spare
     probe = f"""
 own = own_connection_file()
 targets = {targets!r} + {files!r} + glob.glob({str(home)!r} + "/kernels/**/*.json", recursive=True)
@@ -170,7 +186,7 @@ save()
 print(report)
 """
     reply_then(server, attack(probe))
-    start(env, tmp_path, "look around")
+    send(env, tmp_path, attacker, "look around")
     assert report(tmp_path)["read"] == []
 
 
@@ -215,10 +231,7 @@ def test_a_cell_cannot_run_code_in_another_kernel(
     """Through the connection files of another session's kernel and of the
     spare kernel (jupyter_client from the cell), nothing runs in either: the
     cell cannot read the files, or cannot connect with them."""
-    server.push(Reply(text="victim here"))
-    victim = start(env, tmp_path, "hi")
-    files = _other_connection_files(home)
-    assert len(files) >= 2, files
+    attacker, victim, files = _attacker_victim_and_spare(server, env, home, tmp_path)
     hijack = f"""
 from jupyter_client import BlockingKernelClient
 own = own_connection_file()
@@ -242,7 +255,35 @@ for target in sorted(t for t in targets if os.path.realpath(t) != own):
 print(report)
 """
     reply_then(server, attack(hijack))
-    start(env, tmp_path, "borrow a kernel")
-    assert report(tmp_path)["ran_in"] == []
+    send(env, tmp_path, attacker, "borrow a kernel")
+    found = report(tmp_path)
+    assert len(found["ran_in"]) + len(found["errors"]) >= 2  # the victim's and the spare
+    assert found["ran_in"] == []
     # Nothing shows in the victim's transcript either way; its namespace is its own.
     assert not any("hijacked" in json.dumps(e) for e in events(env, tmp_path, victim))
+
+
+def test_a_cell_cannot_read_the_daemons_environment(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The provider key lives in the daemon's environment: no process a cell can
+    see through /proc shows it (the daemon is non-dumpable, or out of sight)."""
+    canary = "sk-canary-daemon-env-91e2"
+    env = {**env, "OPENAI_API_KEY": canary}
+    scan = f"""
+report["seen_in"] = []
+for entry in glob.glob("/proc/[0-9]*"):
+    for name in ("environ", "cmdline"):
+        try:
+            with open(entry + "/" + name, "rb") as handle:
+                if {canary!r}.encode() in handle.read():
+                    report["seen_in"].append(entry + "/" + name)
+        except OSError:
+            pass
+save()
+print(report)
+"""
+    reply_then(server, attack(scan))
+    start(env, tmp_path, "look for keys")
+    assert server.requests[0].headers["authorization"] == f"Bearer {canary}"
+    assert report(tmp_path)["seen_in"] == []
