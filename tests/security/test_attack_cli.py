@@ -63,17 +63,17 @@ def test_the_answer_on_a_tty_has_no_raw_escapes_and_json_keeps_them(
     server: FakeModelServer, env: dict[str, str], tmp_path: Path
 ) -> None:
     server.push(Reply(text=HOSTILE_ANSWER))
+    result = recursa(["run", "--json", "--model", "openai/m", "answer"], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert last["answer"] == HOSTILE_ANSWER
+
+    server.push(Reply(text=HOSTILE_ANSWER))
     code, shown = _run_on_a_tty(["run", "--model", "openai/m", "answer"], env, tmp_path)
     assert code == 0
     assert b"Done." in shown and b"All clear." in shown
     for raw in (b"\x1b]", b"\x9d", b"\x07", b"\x1b[2J", b"\x1b[3J", b"\x1b[H"):
         assert raw not in shown, f"{raw!r} reached the terminal: {shown!r}"
-
-    server.push(Reply(text=HOSTILE_ANSWER))
-    result = recursa(["run", "--json", "--model", "openai/m", "answer"], env, tmp_path)
-    assert result.returncode == 0, result.stderr
-    last = json.loads(result.stdout.splitlines()[-1])
-    assert last["answer"] == HOSTILE_ANSWER
 
 
 SURROGATE_PROPOSAL = (
@@ -134,9 +134,13 @@ def test_a_non_utf8_or_overlong_reference_is_one_line(
 ) -> None:
     server.push(Reply(text="hi"))
     start(env, tmp_path, "exist")
-    for reference in ("\udcff\udcfe", "s" * 100_000):  # \udcXX: the raw bytes 0xff 0xfe
-        result = recursa(["logs", reference], env, tmp_path)
-        one_line_failure(result, 2)
+    problems = {}
+    for label, reference in (("0xff 0xfe", "\udcff\udcfe"), ("100,000 chars", "s" * 100_000)):
+        result = recursa(["logs", reference], env, tmp_path)  # \udcXX: the raw byte 0xXX
+        lines = result.stderr.strip().splitlines()
+        if result.returncode != 2 or len(lines) != 1 or "internal error" in result.stderr:
+            problems[label] = (result.returncode, result.stderr[-300:])
+    assert problems == {}
 
 
 def test_a_session_name_that_is_a_path_is_refused(
