@@ -111,7 +111,8 @@ def test_a_world_writable_home_is_refused_and_left_as_it_is(
     line = one_line_failure(result)
     assert str(home) in line or "RECURSA_HOME" in line, line
     assert stat.S_IMODE(os.stat(home).st_mode) == 0o1777
-    assert not daemon_running(env, tmp_path)
+    status = recursa(["daemon", "status"], env, tmp_path)
+    assert status.returncode != 0, "a daemon runs in the world-writable home"
 
 
 def test_credentials_in_a_base_url_never_reach_the_log(
@@ -189,10 +190,17 @@ print(report)
     assert all(len(r.splitlines()) == 1 for r in found["refused"]), found["refused"]
 
 
-def test_a_zero_byte_database_in_an_existing_home_is_refused(
-    env: dict[str, str], home: Path, tmp_path: Path
+def test_a_zero_byte_database_in_a_used_home_is_refused(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
-    home.mkdir(mode=0o700)
+    """A home that has held a session, whose recursa.db is then emptied (a
+    truncation, a full disk): the next daemon refuses it rather than start over."""
+    server.push(Reply(text="hi"))
+    start(env, tmp_path, "leave some history")
+    down = recursa(["shutdown"], env, tmp_path)
+    assert down.returncode == 0, down.stderr
+    for leftover in ("recursa.db-wal", "recursa.db-shm"):
+        (home / leftover).unlink(missing_ok=True)
     (home / "recursa.db").write_bytes(b"")
     result = recursa(["daemon", "start"], env, tmp_path)
     one_line_failure(result)
