@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from attack_kit import (
     DEADLINE,
     attack,
@@ -95,6 +96,7 @@ def test_a_cell_cannot_approve_its_own_global_skill(
     assert reached == [], f"the cell approved its own skill: {reached}"
 
 
+@pytest.mark.slow  # 18-27 s: two sessions, every route with every credential, a dozen CLI calls
 def test_the_kernel_token_opens_none_of_the_peoples_routes(
     server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
