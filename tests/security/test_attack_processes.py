@@ -24,6 +24,7 @@ from attack_kit import (
     reply_then,
     report,
     start,
+    toolkit,
 )
 
 from daemon_kit import recursa
@@ -131,8 +132,6 @@ def test_a_stopped_sessions_token_is_dead_at_once(
     and socket, the strongest leftover there is) right after ``stop``: it cannot
     spawn a sub-agent, message anyone or schedule a wake-up; the session stays
     stopped and no model call is made."""
-    from attack_kit import toolkit
-
     reply_then(server, attack(TOKEN))
     session = start(env, tmp_path, "keep your token")
     kept = report(tmp_path)
