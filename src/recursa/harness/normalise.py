@@ -63,6 +63,7 @@ _HOMOGLYPHS = str.maketrans(
 _LOOKALIKES = frozenset(chr(c) for c in _HOMOGLYPHS)
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE")
 
+_TAG = re.compile("[\U000e0000-\U000e007f]")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 _BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/]{16,}={0,2}|(?<![\w-])[A-Za-z0-9_-]{16,}={0,2}")
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}[ :]?){8,}")
@@ -87,7 +88,7 @@ class Prepared:
 
 def prepare(text: str) -> Prepared:
     """Every reading of ``text`` the screen matches; see :class:`Prepared`."""
-    tagged = "".join(chr(ord(ch) - _TAG_FIRST) for ch in text if _TAG_FIRST <= ord(ch) <= _TAG_LAST)
+    tagged = "".join(chr(ord(ch) - _TAG_FIRST) for ch in _TAG.findall(text))
     plain, hidden = _visible(text)
     plain = unicodedata.normalize("NFKC", plain)
     layers: list[tuple[str, str]] = [("", plain)]
@@ -157,10 +158,12 @@ def _decode_into(layers: list[tuple[str, str]], text: str, *, depth: int) -> Non
         found.append(("in base64", _from_base64(match.group())))
     for match in _HEX.finditer(text):
         found.append(("in hex", _from_hex(re.sub(r"[ :]", "", match.group()))))
-    for match in _ESCAPED_HEX.finditer(text):
-        found.append(("in hex escapes", _from_hex(match.group().replace("\\x", ""))))
-    for match in _PERCENT.finditer(text):
-        found.append(("in percent-encoding", _readable(unquote_to_bytes(match.group()))))
+    if "\\x" in text:
+        for match in _ESCAPED_HEX.finditer(text):
+            found.append(("in hex escapes", _from_hex(match.group().replace("\\x", ""))))
+    if "%" in text:
+        for match in _PERCENT.finditer(text):
+            found.append(("in percent-encoding", _readable(unquote_to_bytes(match.group()))))
     if _ROT13.search(text):
         found.append(("in ROT13", codecs.decode(text, "rot13")))
     for label, decoded in found:

@@ -94,66 +94,178 @@ _VOID = _words(
     r"(?:can|may|should)\s+(?:safely\s+)?be\s+(?:ignored|disregarded|skipped|forgotten)",
 )
 
-# Injection phrases in other languages: (dismiss-verb) ... (guidance-noun).
-_FOREIGN: tuple[str, ...] = (
+# Injection phrases in other languages: (dismiss-verb) ... (guidance-noun), each
+# with the lower-case stems one of which its text must hold (see _RULES).
+_FOREIGN: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Spanish, Italian, Portuguese.
-    r"\b(?:ignor[ae]r?|ignore|olvid[ae]r?|omit[ae]r?|descart[ae]r?|haz\s+caso\s+omiso\s+de"
-    r"|dimentica(?:re)?|trascura(?:re)?|esque[çc]a|esquece[r]?|desconsider[ae]r?)"
-    + _GAP
-    + r"(?:instrucci[oó]n(?:es)?|indicaciones|reglas|normas|directrices|revisi[oó]n"
-    r"|istruzioni|regole|indicazioni|direttive|revisione"
-    r"|instru[çc](?:[õo]es|[ãa]o)|regras|orienta[çc][õo]es|diretrizes|revis[ãa]o)\b",
+    (
+        r"\b(?:ignor[ae]r?|ignore|olvid[ae]r?|omit[ae]r?|descart[ae]r?|haz\s+caso\s+omiso\s+de"
+        r"|dimentica(?:re)?|trascura(?:re)?|esque[çc]a|esquece[r]?|desconsider[ae]r?)"
+        + _GAP
+        + r"(?:instrucci[oó]n(?:es)?|indicaciones|reglas|normas|directrices|revisi[oó]n"
+        r"|istruzioni|regole|indicazioni|direttive|revisione"
+        r"|instru[çc](?:[õo]es|[ãa]o)|regras|orienta[çc][õo]es|diretrizes|revis[ãa]o)\b",
+        (
+            "instru",
+            "indicac",
+            "indicaz",
+            "regla",
+            "norma",
+            "directri",
+            "revis",
+            "istruz",
+            "regol",
+            "diretti",
+            "regras",
+            "orienta",
+            "diretriz",
+        ),
+    ),
     # French.
-    r"\b(?:ignore[rz]?|oublie[rz]?|n[ée]glige[rz]?|fai(?:s|tes)\s+abstraction\s+des?"
-    r"|ne\s+tien[st]?\s+(?:pas\s+)?compte\s+des?)"
-    + _GAP
-    + r"(?:instructions|consignes|r[èe]gles|directives|r[ée]vision|v[ée]rifications?)\b",
+    (
+        r"\b(?:ignore[rz]?|oublie[rz]?|n[ée]glige[rz]?|fai(?:s|tes)\s+abstraction\s+des?"
+        r"|ne\s+tien[st]?\s+(?:pas\s+)?compte\s+des?)"
+        + _GAP
+        + r"(?:instructions|consignes|r[èe]gles|directives|r[ée]vision|v[ée]rifications?)\b",
+        (
+            "instructions",
+            "consignes",
+            "règles",
+            "regles",
+            "directives",
+            "révision",
+            "revision",
+            "vérification",
+            "verification",
+        ),
+    ),
     # German, Dutch.
-    r"\b(?:ignorier(?:e|en|t)?|vergiss|vergessen\s+sie|missachte[nt]?|[üu]bergeh(?:e|en)"
-    r"|negeer|vergeet)"
-    + _GAP
-    + r"(?:anweisungen|anleitungen|regeln|vorgaben|richtlinien|instruktionen|[üu]berpr[üu]fung"
-    r"|pr[üu]fung|instructies|regels|richtlijnen|aanwijzingen)\b",
+    (
+        r"\b(?:ignorier(?:e|en|t)?|vergiss|vergessen\s+sie|missachte[nt]?|[üu]bergeh(?:e|en)"
+        r"|negeer|vergeet)"
+        + _GAP
+        + r"(?:anweisungen|anleitungen|regeln|vorgaben|richtlinien|instruktionen|[üu]berpr[üu]fung"
+        r"|pr[üu]fung|instructies|regels|richtlijnen|aanwijzingen)\b",
+        (
+            "anweisung",
+            "anleitung",
+            "regel",
+            "vorgabe",
+            "richtlinie",
+            "instruktion",
+            "prüfung",
+            "prufung",
+            "instructie",
+            "aanwijzing",
+        ),
+    ),
     # Polish, Turkish.
-    r"\b(?:zignoruj|ignoruj|zapomnij)" + _GAP + r"(?:instrukcj\w*|polece\w*|zasad\w*|regu\w*)",
-    r"(?:talimat\w*|kural\w*)\s+(?:\S+\s+){0,3}?(?:yok\s+say\w*|g[öo]rmezden\s+gel\w*|unut\w*)",
+    (
+        r"\b(?:zignoruj|ignoruj|zapomnij)" + _GAP + r"(?:instrukcj\w*|polece\w*|zasad\w*|regu\w*)",
+        ("instrukcj", "polece", "zasad", "regu"),
+    ),
+    (
+        r"(?:talimat\w*|kural\w*)\s+(?:\S+\s+){0,3}?(?:yok\s+say\w*|g[öo]rmezden\s+gel\w*|unut\w*)",
+        ("talimat", "kural"),
+    ),
     # Russian, Ukrainian.
-    r"(?:игнорир\w*|проигнорир\w*|забуд\w*|не\s+обращай\w*\s+внимани\w*\s+на|пропуст\w*)"
-    r"\s+(?:\S+\s+){0,4}?(?:инструкци\w*|правил\w*|указани\w*|рекомендаци\w*|проверк\w*|ревью)",
+    (
+        r"(?:игнорир\w*|проигнорир\w*|забуд\w*|не\s+обращай\w*\s+внимани\w*\s+на|пропуст\w*)"
+        r"\s+(?:\S+\s+){0,4}?(?:инструкци\w*|правил\w*|указани\w*|рекомендаци\w*|проверк\w*|ревью)",
+        ("инструкци", "правил", "указани", "рекомендаци", "проверк", "ревью"),
+    ),
     # Chinese, Japanese, Korean.
-    r"(?:忽略|无视|無視|忽视|忽視|忘记|忘記|不要理会|不理会|跳过|跳過|绕过|繞過).{0,12}?"
-    r"(?:指令|指示|说明|說明|规则|規則|提示|审核|審核|审查|審查|要求|限制)",
-    r"(?:指示|命令|ルール|規則|レビュー|審査|制限).{0,12}?(?:無視|忘れ)",
-    r"(?:지시|명령|규칙|지침|검토)\S*\s*(?:\S+\s+){0,3}?(?:무시|잊어)",
+    (
+        r"(?:忽略|无视|無視|忽视|忽視|忘记|忘記|不要理会|不理会|跳过|跳過|绕过|繞過).{0,12}?"
+        r"(?:指令|指示|说明|說明|规则|規則|提示|审核|審核|审查|審查|要求|限制)",
+        (
+            "指令",
+            "指示",
+            "说明",
+            "說明",
+            "规则",
+            "規則",
+            "提示",
+            "审核",
+            "審核",
+            "审查",
+            "審查",
+            "要求",
+            "限制",
+        ),
+    ),
+    (
+        r"(?:指示|命令|ルール|規則|レビュー|審査|制限).{0,12}?(?:無視|忘れ)",
+        ("無視", "忘れ"),
+    ),
+    (
+        r"(?:지시|명령|규칙|지침|검토)\S*\s*(?:\S+\s+){0,3}?(?:무시|잊어)",
+        ("무시", "잊어"),
+    ),
     # Arabic, Hindi.
-    r"(?:تجاهل|انس|تخط).{0,30}?(?:التعليمات|القواعد|الإرشادات|المراجعة)",
-    r"(?:निर्देश\S*|नियम\S*).{0,30}?(?:अनदेखा|नजरअंदाज|नज़रअंदाज़|भूल)",
+    (
+        r"(?:تجاهل|انس|تخط).{0,30}?(?:التعليمات|القواعد|الإرشادات|المراجعة)",
+        ("التعليمات", "القواعد", "الإرشادات", "المراجعة"),
+    ),
+    (
+        r"(?:निर्देश\S*|नियम\S*).{0,30}?(?:अनदेखा|नजरअंदाज|नज़रअंदाज़|भूल)",
+        ("अनदेखा", "नजरअंदाज", "नज़रअंदाज़", "भूल"),
+    ),
 )
 
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+_RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
+    # (pattern, finding, triggers): a pattern runs only on a text whose lower
+    # case holds one of its triggers, a literal that every match contains; so
+    # a long entry costs a few substring searches per rule, not a regex scan.
     # The environment and secrets.
-    (re.compile(r"\benviron\b|\bgetenv\b|\bputenv\b|\bprintenv\b", _I), READS_ENVIRONMENT),
-    (re.compile(r"(?:^|[\s'\"`/(=])\.env\b"), READS_SECRETS),
-    (re.compile(r"\.ssh\b|\bid_(?:rsa|dsa|ecdsa|ed25519)\b", _I), READS_SECRETS),
+    (
+        re.compile(r"\benviron\b|\bgetenv\b|\bputenv\b|\bprintenv\b", _I),
+        READS_ENVIRONMENT,
+        ("environ", "getenv", "putenv", "printenv"),
+    ),
+    (re.compile(r"(?:^|[\s'\"`/(=])\.env\b"), READS_SECRETS, (".env",)),
+    (re.compile(r"\.ssh\b|\bid_(?:rsa|dsa|ecdsa|ed25519)\b", _I), READS_SECRETS, (".ssh", "id_")),
     (
         re.compile(r"\.aws/credentials|aws_secret_access_key|\.netrc\b|\.git-credentials", _I),
         READS_SECRETS,
+        (".aws/credentials", "aws_secret_access_key", ".netrc", ".git-credentials"),
     ),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), READS_SECRETS),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), READS_SECRETS, ("private key",)),
     (
         re.compile(
             r"\bapi[_-]?keys?\b|\bsecret[_-]?keys?\b|\b(?:access|auth|bearer|refresh)[_-]?tokens?\b",
             _I,
         ),
         READS_SECRETS,
+        ("api", "secret", "token"),
     ),
-    (re.compile(r"\b[A-Z][A-Z0-9]*_(?:TOKEN|SECRET|PASSWORD|KEY)\b"), READS_SECRETS),
-    (re.compile(r"\bdaemon\.token\b|\brecursa\.db\b|/etc/shadow\b", _I), READS_SECRETS),
+    (
+        re.compile(r"\b[A-Z][A-Z0-9]*_(?:TOKEN|SECRET|PASSWORD|KEY)\b"),
+        READS_SECRETS,
+        ("_token", "_secret", "_password", "_key"),
+    ),
+    (
+        re.compile(r"\bdaemon\.token\b|\brecursa\.db\b|/etc/shadow\b", _I),
+        READS_SECRETS,
+        ("daemon.token", "recursa.db", "/etc/shadow"),
+    ),
     # The network, and data sent to a URL.
-    (re.compile(r"\brequests\.[a-z_]+\s*\(|\bimport\s+requests\b"), NETWORK),
-    (re.compile(r"\burllib3?\b|\bhttp\.client\b|\bhttpx\b|\baiohttp\b|\bwebsockets?\."), NETWORK),
-    (re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bimport\s+socket\b"), NETWORK),
-    (re.compile(r"\b(?:curl|wget|scp|ncat)\s|\bnc\s+-?\w"), NETWORK),
+    (re.compile(r"\brequests\.[a-z_]+\s*\(|\bimport\s+requests\b"), NETWORK, ("requests",)),
+    (
+        re.compile(r"\burllib3?\b|\bhttp\.client\b|\bhttpx\b|\baiohttp\b|\bwebsockets?\."),
+        NETWORK,
+        ("urllib", "http.client", "httpx", "aiohttp", "websocket"),
+    ),
+    (
+        re.compile(r"\bsocket\.(?:socket|create_connection)\b|\bimport\s+socket\b"),
+        NETWORK,
+        ("socket",),
+    ),
+    (
+        re.compile(r"\b(?:curl|wget|scp|ncat)\s|\bnc\s+-?\w"),
+        NETWORK,
+        ("curl", "wget", "scp", "ncat", "nc"),
+    ),
     (
         re.compile(
             r"\bcurl\b[^\n]*?(?:\s-d\s*['\"]?@|\s--data(?:-binary|-raw|-urlencode)?[\s=]+['\"]?@"
@@ -163,21 +275,28 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         EXFILTRATES,
+        ("curl", "wget", "|"),
     ),
     (
         re.compile(r"(?:https?|ftp)://[^\s'\"]*[?&][\w.-]+=(?:\{|\$|%s|%\(|['\"]\s*\+)", _I),
         EXFILTRATES,
+        ("://",),
     ),
     (
         re.compile(
             r"\.(?:post|put|patch)\s*\(\s*f?['\"](?:https?|ftp)://|\burlopen\([^)]*\bdata\s*=", _I
         ),
         EXFILTRATES,
+        ("post", "put", "patch", "urlopen"),
     ),
     # Shells.
-    (re.compile(r"\bos\.(?:system|popen|exec\w*|spawn\w*)\b|\bpty\.spawn\b"), SPAWNS),
-    (re.compile(r"\bsubprocess\.\w+\([^)]*\benv\s*=", re.DOTALL), SPAWNS),
-    (re.compile(r"\bshell\s*=\s*True\b"), SPAWNS),
+    (
+        re.compile(r"\bos\.(?:system|popen|exec\w*|spawn\w*)\b|\bpty\.spawn\b"),
+        SPAWNS,
+        ("os.", "pty."),
+    ),
+    (re.compile(r"\bsubprocess\.\w+\([^)]*\benv\s*=", re.DOTALL), SPAWNS, ("subprocess",)),
+    (re.compile(r"\bshell\s*=\s*True\b"), SPAWNS, ("shell",)),
     # Destructive commands.
     (
         re.compile(
@@ -186,23 +305,31 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         DESTRUCTIVE,
+        ("rm",),
     ),
     (
         re.compile(r"\bmkfs(?:\.\w+)?\b|\bwipefs\b|\bdd\b[^\n]*?\bof=/dev/(?!null\b)", _I),
         DESTRUCTIVE,
+        ("mkfs", "wipefs", "/dev/"),
     ),
     (
         re.compile(r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)\w*|\bshred\b[^\n]*?/dev/", _I),
         DESTRUCTIVE,
+        ("/dev/",),
     ),
-    (re.compile(r"(\w+|:)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}"), DESTRUCTIVE),
-    (re.compile(r"while\s+(?:True|1)\s*:\s*(?:\n\s*)?os\.fork\s*\(", re.DOTALL), DESTRUCTIVE),
+    (re.compile(r"(\w+|:)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}"), DESTRUCTIVE, ("{",)),
+    (
+        re.compile(r"while\s+(?:True|1)\s*:\s*(?:\n\s*)?os\.fork\s*\(", re.DOTALL),
+        DESTRUCTIVE,
+        ("fork",),
+    ),
     (
         re.compile(
             r"\bchmod\s+(?:-\w+\s+)*(?:-R\s+|--recursive\s+)?(?:0?777|a\+rwx|ugo\+rwx)\s+[/~]",
             _I,
         ),
         DESTRUCTIVE,
+        ("chmod",),
     ),
     (
         re.compile(
@@ -212,6 +339,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         DESTRUCTIVE,
+        ("curl", "wget"),
     ),
     (
         re.compile(
@@ -220,9 +348,37 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             r"|\bkill\s+-9\s+-1\b",
         ),
         DESTRUCTIVE,
+        ("rmtree", "find", "kill"),
     ),
     # Instructions that persist shortcuts around rules.
-    (re.compile(r"\b" + _DISMISS + r"\b" + _GAP + _GUIDANCE + r"\b", _I), INJECTION),
+    (
+        re.compile(r"\b" + _DISMISS + r"\b" + _GAP + _GUIDANCE + r"\b", _I),
+        INJECTION,
+        (
+            "ignor",
+            "disregard",
+            "forget",
+            "overrid",
+            "overrul",
+            "overlook",
+            "aside",
+            "pay",
+            "follow",
+            "obey",
+            "heed",
+            "honor",
+            "honour",
+            "discard",
+            "dismiss",
+            "throw",
+            "abandon",
+            "neglect",
+            "circumvent",
+            "sidestep",
+            "around",
+            "supersed",
+        ),
+    ),
     (
         re.compile(
             r"\b(?:previous|prior|earlier|above|preceding|original|old|existing|all|any|other)\s+"
@@ -235,8 +391,28 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        (
+            "appl",
+            "void",
+            "obsolete",
+            "cancel",
+            "outdated",
+            "supersed",
+            "suspend",
+            "lifted",
+            "revoked",
+            "optional",
+            "ignored",
+            "disregarded",
+            "skipped",
+            "forgotten",
+        ),
     ),
-    (re.compile(r"\badmin(?:istrator)?\s+(?:mode|commands?|override|access)\b", _I), INJECTION),
+    (
+        re.compile(r"\badmin(?:istrator)?\s+(?:mode|commands?|override|access)\b", _I),
+        INJECTION,
+        ("admin",),
+    ),
     (
         re.compile(
             r"\bbypass(?:es|ed|ing)?\s+(?:\w+\s+){0,3}?(?:review|approv\w*|checks?|rules?"
@@ -245,6 +421,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        ("bypass",),
     ),
     (
         re.compile(
@@ -253,16 +430,22 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        ("skip",),
     ),
-    (re.compile(r"\b(?:always|auto-?)\s*approve\b", _I), INJECTION),
-    (re.compile(r"\byou\s+are\s+now\b|\bdeveloper\s+mode\b|\bjailbreak", _I), INJECTION),
+    (re.compile(r"\b(?:always|auto-?)\s*approve\b", _I), INJECTION, ("approve",)),
+    (
+        re.compile(r"\byou\s+are\s+now\b|\bdeveloper\s+mode\b|\bjailbreak", _I),
+        INJECTION,
+        ("now", "developer", "jailbreak"),
+    ),
     (
         re.compile(
             r"\bwithout\s+(?:asking|confirmation|confirming|permission|approval|review)\b", _I
         ),
         INJECTION,
+        ("without",),
     ),
-    (re.compile(r"\bsudo\b", _I), INJECTION),
+    (re.compile(r"\bsudo\b", _I), INJECTION, ("sudo",)),
     (
         re.compile(
             r"\b(?:do\s+not|don't|never)\s+(?:tell|inform|notify|report\s+to|mention\s+(?:\w+\s+){0,3}?to)\s+"
@@ -270,6 +453,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        ("tell", "inform", "notify", "report", "mention"),
     ),
     (
         re.compile(
@@ -281,6 +465,18 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        (
+            "dear",
+            "attention",
+            "note",
+            "message",
+            "hey",
+            "reviewer",
+            "approv",
+            "accept",
+            "activat",
+            "decision",
+        ),
     ),
     (
         re.compile(
@@ -290,8 +486,9 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         INJECTION,
+        ("new", "act", "now"),
     ),
-    *((re.compile(pattern, _IS), INJECTION) for pattern in _FOREIGN),
+    *((re.compile(pattern, _IS), INJECTION, triggers) for pattern, triggers in _FOREIGN),
     # Tests and checks treated as optional.
     (
         re.compile(
@@ -317,6 +514,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         OPTIONAL_CHECKS,
+        ("test", "check", "ci", "lint", "review", "verif", "valid", "no-verify", "tox"),
     ),
     (
         re.compile(
@@ -327,8 +525,11 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             _I,
         ),
         OPTIONAL_CHECKS,
+        ("test", "prueba", "verifiche", "тест", "测试", "測試"),
     ),
 )
+
+_TRIGGERS = frozenset(trigger for _, _, triggers in _RULES for trigger in triggers)
 
 _URL = re.compile(r"(?:https?|ftp|wss?)://[^\s'\"<>`)]+", _I)
 _SEND = re.compile(
@@ -350,6 +551,8 @@ _DATA = re.compile(
 def _sends_to_url(text: str) -> str | None:
     """A sentence that tells to send data (files, env, logs...) to a URL: the
     exfiltration a prose entry asks for, with no code to screen."""
+    if "://" not in text:
+        return None
     for match in _URL.finditer(text):
         start = max(text.rfind("\n", 0, match.start()), text.rfind(". ", 0, match.start()), 0)
         ends = [i for i in (text.find("\n", match.end()), text.find(". ", match.end())) if i >= 0]
@@ -397,7 +600,11 @@ def screen(entry: EntryVersion) -> list[str]:
     if prepared.mixed:
         found[HOMOGLYPHS] = prepared.mixed[0]
     for label, text in prepared.layers:
-        for pattern, finding in _RULES:
+        lowered = text.lower()
+        present = {trigger for trigger in _TRIGGERS if trigger in lowered}
+        for pattern, finding, triggers in _RULES:
+            if present.isdisjoint(triggers):
+                continue  # the pattern cannot match without one of these
             match = pattern.search(text)
             if match:
                 found.setdefault(_labelled(finding, label), match.group(0))
