@@ -198,7 +198,7 @@ async def test_invalid_text_is_refused_to_the_cell_and_later_edits_still_apply(
 ) -> None:
     script = register_script(
         "surrogates",
-        [code(BAD_TEXT), reply("tried"), code("print('second turn')"), reply("again")],
+        [code(BAD_TEXT), reply("tried"), code("print('second turn')"), reply("again"), reply("3")],
     )
     async with make_runtime(home) as runtime:
         session = await runtime.create_session(model="faux/surrogates", cwd=tmp_path)
@@ -229,6 +229,9 @@ async def test_invalid_text_is_refused_to_the_cell_and_later_edits_still_apply(
         assert "Harness edits that were not applied" in system
         assert "create 'old': content has a lone surrogate" in system
         assert "Harness edits that were not applied" not in script.requests[0].system
+        end = await asyncio.wait_for(session.ask("third"), TIMEOUT)
+        assert end is not None and end.answer == "3"
+        assert "Harness edits that were not applied" not in script.requests[4].system
 
 
 async def test_the_reviewer_gets_a_fresh_context_on_its_own_model(

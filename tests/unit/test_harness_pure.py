@@ -4,6 +4,7 @@ review gate's screen and verdict, and refinement's prompt and proposals."""
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -423,6 +424,8 @@ def test_parse_verdict() -> None:
     # What the store cannot keep is replaced, so the verdict is always written.
     odd = parse_verdict('{"decision": "reject", "reasons": "bad \\ud800 \\u0000 text"}')
     assert odd.reasons == "bad \ufffd \ufffd text"
+    long = parse_verdict(json.dumps({"decision": "reject", "reasons": "r" * 50_000}))
+    assert len(long.reasons) == 2_000 and long.reasons.endswith("…")
 
 
 # -- refinement -----------------------------------------------------------------------

@@ -121,9 +121,15 @@ _DECISION = re.compile(r'"decision"\s*:\s*"([^"]*)"')
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
+MAX_REASONS_CHARS = 2_000
+"""The reviewer's reasons are kept to their first this many characters."""
+
+
 def _plain(text: str) -> str:
     """``text`` with what the store cannot keep as text (lone surrogates,
-    control characters) replaced by U+FFFD."""
+    control characters) replaced by U+FFFD, cut to :data:`MAX_REASONS_CHARS`."""
+    if len(text) > MAX_REASONS_CHARS:
+        text = text[: MAX_REASONS_CHARS - 1] + "…"
     return _UNPRINTABLE.sub("\ufffd", text)
 
 
@@ -150,6 +156,7 @@ def first_json(text: str, opener: Literal["{", "["]) -> object | None:
 
 
 __all__ = [
+    "MAX_REASONS_CHARS",
     "PERMISSION_POLICY",
     "Verdict",
     "first_json",

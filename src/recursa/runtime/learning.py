@@ -128,8 +128,8 @@ class Learning:
             session.record(Notice(level="warning", text=text))
         if applied.failed:
             self._failed[session.id] = tuple(f.describe() for f in applied.failed)
-        elif applied.written:
-            self._failed.pop(session.id, None)
+        else:
+            self._failed.pop(session.id, None)  # told once: in the turn after the failure
 
     def _start_review(self, version: EntryVersion) -> None:
         if self._reviews.closed:  # a turn that ends while the runtime closes
