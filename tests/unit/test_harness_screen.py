@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from recursa.harness import screen as screen_module
 from recursa.harness.normalise import mixed_script_words, prepare
+from recursa.harness.patterns import RULES
 from recursa.harness.screen import screen
 from recursa.protocol.harness import EntryVersion, Kind
 
@@ -136,7 +136,7 @@ def test_every_trigger_set_is_sound_on_the_corpus() -> None:
     for text in texts:
         for _, layer in prepare(text).layers:
             lowered = layer.lower()
-            for pattern, finding, triggers in screen_module._RULES:
+            for pattern, finding, triggers in RULES:
                 match = pattern.search(layer)
                 if match:
                     checked += 1
