@@ -256,12 +256,11 @@ def test_an_edit_that_fails_at_apply_is_marked_failed_and_blocks_nothing(
 
     # Any failure, not only a check's, is the edit's: the next one still applies.
     real_write = store.harness.write
-    calls = iter([sqlite3.OperationalError("disk I/O error\nmore")])
+    failures: list[Exception] = [sqlite3.OperationalError("disk I/O error\nmore")]
 
     def flaky(previous: object, draft: object) -> object:
-        failure = next(calls, None)
-        if failure is not None:
-            raise failure
+        if failures:
+            raise failures.pop()
         return real_write(previous, draft)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store.harness, "write", flaky)
@@ -271,3 +270,7 @@ def test_an_edit_that_fails_at_apply_is_marked_failed_and_blocks_nothing(
     assert [v.title for v in later.written] == ["second"]
     assert [f.error for f in later.failed] == ["OperationalError: disk I/O error"]
     assert [e.title for e in harness.entries(session_id=sid)] == ["good", "second"]
+    failures.append(ValueError("bad \ud800"))
+    harness.stage(sid, create("memory", "third", "its failure says a surrogate"))
+    [odd] = harness.apply_staged(sid).failed
+    assert odd.error == "ValueError: bad \\ud800"  # printable, storable, sendable

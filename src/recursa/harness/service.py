@@ -69,7 +69,9 @@ class Applied:
 
 
 def _describe(exc: BaseException) -> str:
+    """One line for an unexpected failure, valid UTF-8 whatever the message held."""
     first = (str(exc).strip().splitlines() or [""])[0]
+    first = first.encode("utf-8", "backslashreplace").decode("utf-8")
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
