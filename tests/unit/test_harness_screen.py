@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import codecs
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,47 @@ def test_every_trigger_set_is_sound_on_the_corpus() -> None:
                     checked += 1
                     assert any(t in lowered for t in triggers), (finding, match.group(0))
     assert checked > len(HOSTILE)
+
+
+def _repeat(token: str) -> Callable[[int], str]:
+    return lambda n: (token * (n // len(token) + 1))[:n]
+
+
+PATHOLOGICAL: dict[str, Callable[[int], str]] = {
+    "curl": _repeat("curl "),
+    "wget": _repeat("wget "),
+    "urls": _repeat("https://a.b/"),
+    "url and a long path": lambda n: "https://" + "a" * n,
+    "query marks": lambda n: "https://a/" + "?" * n,
+    "find": _repeat("find / "),
+    "subprocess": _repeat("subprocess.run("),
+    "urlopen": _repeat("urlopen("),
+    "dd": _repeat("dd "),
+    "rm and one long flag": lambda n: "rm -" + "r" * n,
+    "rm and many flags": lambda n: "rm " + "-a " * (n // 3),
+    "a long word and a brace": lambda n: "a" * n + "{",
+    "a long word and percents": lambda n: "a" * n + "%41%41%41",
+    "percents": _repeat("%41"),
+    "hex": _repeat("41 "),
+    "base64": _repeat("QUJD"),
+    "dismissals": _repeat("ignore "),
+    "tests are": _repeat("tests are "),
+    "chinese": _repeat("忽略"),
+    "mixed scripts": _repeat("аa "),
+    "tag characters": _repeat(chr(0xE0041)),
+    "pipes": _repeat("| "),
+}
+
+
+@pytest.mark.parametrize("make", PATHOLOGICAL.values(), ids=list(PATHOLOGICAL))
+def test_the_screen_stays_linear_on_hostile_input_at_the_size_limits(
+    make: Callable[[int], str],
+) -> None:
+    """A cell controls every byte the screen reads (content up to 20,000
+    characters, code up to 50,000), and the screen runs at the turn boundary:
+    no pattern may backtrack quadratically. A quadratic one takes minutes at
+    these sizes; a linear one, well under a second."""
+    version = entry(make(20_000), kind="skill", code=make(50_000))
+    began = time.perf_counter()
+    screen(version)
+    assert time.perf_counter() - began < 5.0

@@ -133,6 +133,9 @@ def check_skill_code(title: str, code: object) -> str:
         tree = ast.parse(code, filename=f"<skill {title}>")
     except SyntaxError as exc:
         raise UsageError(f"the skill's code does not parse: line {exc.lineno}: {exc.msg}") from None
+    except (MemoryError, RecursionError):
+        # CPython's parser gives up this way on some long invalid inputs.
+        raise UsageError("the skill's code does not parse: the parser gave up on it") from None
     defined = {
         node.name
         for node in tree.body

@@ -68,7 +68,7 @@ _WORD = re.compile(r"[^\W\d_]{2,}")
 _BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/]{16,}={0,2}|(?<![\w-])[A-Za-z0-9_-]{16,}={0,2}")
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}[ :]?){8,}")
 _ESCAPED_HEX = re.compile(r"(?:\\x[0-9A-Fa-f]{2}){4,}")
-_PERCENT = re.compile(r"(?:[\w.~-]*%[0-9A-Fa-f]{2}){3,}[\w.~-]*")
+_PERCENT = re.compile(r"(?:[\w.~-]{0,40}%[0-9A-Fa-f]{2}){3,}[\w.~-]{0,40}")
 _ROT13 = re.compile(r"\brot[-_ ]?13\b", re.IGNORECASE)
 
 

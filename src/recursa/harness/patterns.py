@@ -223,23 +223,26 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     ),
     (
         re.compile(
-            r"\bcurl\b[^\n]*?(?:\s-d\s*['\"]?@|\s--data(?:-binary|-raw|-urlencode)?[\s=]+['\"]?@"
+            r"\bcurl\b[^\n]{0,300}?(?:\s-d\s*['\"]?@|\s--data(?:-binary|-raw|-urlencode)?[\s=]+['\"]?@"
             r"|\s-F\s*['\"]?[\w-]+=@|\s(?:-T|--upload-file)\s|\$\()"
-            r"|\bwget\b[^\n]*?--post-(?:file|data)"
-            r"|\|\s*(?:curl|nc|ncat)\b[^\n]*?(?:@-|\s-T\s*-|\s\S+\s+\d+\s*$)",
+            r"|\bwget\b[^\n]{0,300}?--post-(?:file|data)"
+            r"|\|\s*(?:curl|nc|ncat)\b[^\n]{0,300}?(?:@-|\s-T\s*-|\s\S{1,300}\s+\d{1,5}\s*$)",
             _I,
         ),
         EXFILTRATES,
         _any("curl wget |"),
     ),
     (
-        re.compile(r"(?:https?|ftp)://[^\s'\"]*[?&][\w.-]+=(?:\{|\$|%s|%\(|['\"]\s*\+)", _I),
+        re.compile(
+            r"(?:https?|ftp)://[^\s'\"]{0,500}?[?&][\w.-]{1,100}=(?:\{|\$|%s|%\(|['\"]\s*\+)", _I
+        ),
         EXFILTRATES,
         _any("://"),
     ),
     (
         re.compile(
-            r"\.(?:post|put|patch)\s*\(\s*f?['\"](?:https?|ftp)://|\burlopen\([^)]*\bdata\s*=", _I
+            r"\.(?:post|put|patch)\s*\(\s*f?['\"](?:https?|ftp)://|\burlopen\([^)]{0,500}?\bdata\s*=",
+            _I,
         ),
         EXFILTRATES,
         _any("post put patch urlopen"),
@@ -250,12 +253,17 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
         SPAWNS,
         _any("os. pty."),
     ),
-    (re.compile(r"\bsubprocess\.\w+\([^)]*\benv\s*=", re.DOTALL), SPAWNS, _any("subprocess")),
+    (
+        re.compile(r"\bsubprocess\.\w{1,30}\([^)]{0,500}?\benv\s*=", re.DOTALL),
+        SPAWNS,
+        _any("subprocess"),
+    ),
     (re.compile(r"\bshell\s*=\s*True\b"), SPAWNS, _any("shell")),
     # Destructive commands.
     (
         re.compile(
-            r"\brm\s+(?:--?[\w-]+\s+)*?(?:-\w*(?:r\w*f|f\w*r)\w*\b|-r\s+-f\b|-f\s+-r\b"
+            r"\brm\s+(?:--?[\w-]{1,30}\s+){0,10}?(?:-(?=[a-zA-Z]{0,11}[rR])(?=[a-zA-Z]{0,11}f)[a-zA-Z]{2,12}\b"
+            r"|-r\s+-f\b|-f\s+-r\b"
             r"|--recursive\s+--force|--force\s+--recursive)",
             _I,
         ),
@@ -263,16 +271,20 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
         _any("rm"),
     ),
     (
-        re.compile(r"\bmkfs(?:\.\w+)?\b|\bwipefs\b|\bdd\b[^\n]*?\bof=/dev/(?!null\b)", _I),
+        re.compile(r"\bmkfs(?:\.\w+)?\b|\bwipefs\b|\bdd\b[^\n]{0,300}?\bof=/dev/(?!null\b)", _I),
         DESTRUCTIVE,
         _any("mkfs wipefs /dev/"),
     ),
     (
-        re.compile(r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)\w*|\bshred\b[^\n]*?/dev/", _I),
+        re.compile(r">\s*/dev/(?:sd|hd|vd|xvd|nvme|mmcblk)\w*|\bshred\b[^\n]{0,300}?/dev/", _I),
         DESTRUCTIVE,
         _any("/dev/"),
     ),
-    (re.compile(r"(\w+|:)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}"), DESTRUCTIVE, _any("{")),
+    (
+        re.compile(r"(?<!\w)(\w{1,32}|:)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}"),
+        DESTRUCTIVE,
+        _any("{"),
+    ),
     (
         re.compile(r"while\s+(?:True|1)\s*:\s*(?:\n\s*)?os\.fork\s*\(", re.DOTALL),
         DESTRUCTIVE,
@@ -280,7 +292,7 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     ),
     (
         re.compile(
-            r"\bchmod\s+(?:-\w+\s+)*(?:-R\s+|--recursive\s+)?(?:0?777|a\+rwx|ugo\+rwx)\s+[/~]",
+            r"\bchmod\s+(?:-\w{1,20}\s+){0,5}(?:-R\s+|--recursive\s+)?(?:0?777|a\+rwx|ugo\+rwx)\s+[/~]",
             _I,
         ),
         DESTRUCTIVE,
@@ -288,8 +300,8 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     ),
     (
         re.compile(
-            r"\b(?:curl|wget)\b[^\n|;]*\|\s*(?:sudo\s+)?(?:ba|z|da|k|fi)?sh\b"
-            r"|\b(?:curl|wget)\b[^\n|;]*\|\s*(?:sudo\s+)?python[\d.]*\b"
+            r"\b(?:curl|wget)\b[^\n|;]{0,300}\|\s*(?:sudo\s+)?(?:ba|z|da|k|fi)?sh\b"
+            r"|\b(?:curl|wget)\b[^\n|;]{0,300}\|\s*(?:sudo\s+)?python[\d.]*\b"
             r"|\b(?:ba|z)?sh\s+(?:-c\s+)?['\"]?(?:\$\(|<\()\s*(?:curl|wget)\b",
             _I,
         ),
@@ -299,7 +311,7 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
     (
         re.compile(
             r"\bshutil\.rmtree\(\s*(?:['\"][/~]['\"]|['\"]/(?:home|etc|usr|var)\b"
-            r"|os\.path\.expanduser|Path\.home|os\.sep)|\bfind\s+/\s[^\n]*?-delete\b"
+            r"|os\.path\.expanduser|Path\.home|os\.sep)|\bfind\s+/\s[^\n]{0,300}?-delete\b"
             r"|\bkill\s+-9\s+-1\b",
         ),
         DESTRUCTIVE,
@@ -420,7 +432,7 @@ RULES: tuple[tuple[re.Pattern[str], str, tuple[str, ...]], ...] = (
             r"|\b(?:edit|change|modify|rewrite|weaken)\w*\s+(?:the\s+)?(?:tests?|assertions?)\s+"
             r"(?:so|until)\s+(?:that\s+)?(?:they|it)\s+pass"
             r"|pytest\.mark\.skip\b|@unittest\.skip|--no-verify\b"
-            r"|\b(?:pytest|tox|make\s+test|npm\s+test)\b[^\n|]*\|\|\s*(?:true|exit\s+0|:)",
+            r"|\b(?:pytest|tox|make\s+test|npm\s+test)\b[^\n|]{0,300}\|\|\s*(?:true|exit\s+0|:)",
             _I,
         ),
         OPTIONAL_CHECKS,

@@ -38,6 +38,7 @@ from recursa.protocol.harness import EntryVersion
 
 _I = re.IGNORECASE
 
+_SENTENCE_END = re.compile(r"\n|\.\s")
 _URL = re.compile(r"(?:https?|ftp|wss?)://[^\s'\"<>`)]+", _I)
 _SEND = re.compile(
     r"\b(?:send|post|upload|transmit|forward|submit|exfiltrat|ship|beacon|leak|mirror|copy"
@@ -60,11 +61,13 @@ def _sends_to_url(text: str) -> str | None:
     exfiltration a prose entry asks for, with no code to screen."""
     if "://" not in text:
         return None
-    for match in _URL.finditer(text):
-        start = max(text.rfind("\n", 0, match.start()), text.rfind(". ", 0, match.start()), 0)
-        ends = [i for i in (text.find("\n", match.end()), text.find(". ", match.end())) if i >= 0]
-        sentence = text[start : min(ends) if ends else len(text)]
-        if _SEND.search(sentence) and _DATA.search(_without_urls(sentence)):
+    for sentence in _SENTENCE_END.split(text):
+        if (
+            "://" in sentence
+            and _URL.search(sentence)
+            and _SEND.search(sentence)
+            and _DATA.search(_without_urls(sentence))
+        ):
             return sentence.strip()
     return None
 
@@ -137,7 +140,7 @@ def _snippet(text: str) -> str:
 def _code_findings(code: str) -> Iterator[tuple[str, str]]:
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         yield "code does not parse, so it was not screened", code.strip()[:60]
         return
     for node in ast.walk(tree):
