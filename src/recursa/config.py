@@ -59,7 +59,7 @@ The file, field by field::
     review_prompt_note = "model"
     review_memory = "model"
     review_subagent_spec = "model"
-    reviewer_model = ""                 # "" = the proposing session's model
+    reviewer_model = ""                 # "" = the proposing session's model (a fresh call either way)
     max_prompt_chars = 6000             # the supplemental prompt's bound
 
     [local]
@@ -250,6 +250,8 @@ class HarnessConfig:
         }
     )
     reviewer_model: str | None = None
+    """The reviewer's model (None: the proposing session's). Either way a review
+    is a fresh call: its own prompt and the entry, none of the session's context."""
     max_prompt_chars: int = DEFAULT_HARNESS_PROMPT_CHARS
 
     def policy(self, kind: str) -> ReviewPolicy:

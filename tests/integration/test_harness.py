@@ -11,7 +11,8 @@ from pathlib import Path
 from recursa.config import HarnessConfig
 from recursa.models.faux import code, per_session, register_script, reply
 from recursa.models.types import Request
-from recursa.protocol.events import CellFinished, ModelUsage, TurnEnded
+from recursa.protocol.events import CellFinished, ModelUsage, Notice, TurnEnded
+from recursa.protocol.harness import Edit
 from recursa.runtime import Runtime
 from recursa.testing import make_runtime
 
@@ -164,3 +165,102 @@ async def test_refinement_proposes_edits_that_apply_at_the_boundary(
         assert memory.refinement_id == result.refinement_id and memory.source_events
         refinement = runtime.store.harness.refinement(result.refinement_id)
         assert refinement is not None and refinement.status == "done"
+
+
+BAD_TEXT = """
+from recursa.api import client
+from recursa.protocol.operations import operations
+from recursa.protocol.wire import API_PREFIX
+
+for call in (
+    lambda: harness.create('memory', 'm', 'half a pair: \\ud83d', scope='global'),
+    lambda: harness.create('memory', 'm', 'nul: \\x00'),
+    lambda: harness.create('memory', 'm', 'fine', meta={'k': '\\udc80'}),
+):
+    try:
+        await call()
+    except Exception as exc:
+        print(type(exc).__name__ + ':', exc)
+# Past the client's own check, as a hostile cell would: the daemon refuses it.
+conn = await client._connection()
+raw = b'{"op": "create", "kind": "memory", "title": "m", "content": "x\\\\ud800", "scope": "global"}'
+route = next(row.route for row in operations() if row.name == 'stage_edit')
+reply = await conn.http.request('POST', API_PREFIX + route, content=raw,
+                                headers={'content-type': 'application/json'})
+print(reply.status_code, reply.json()['error']['message'])
+r = await harness.create('memory', 'fine', 'a plain fact')
+print(r['op'])
+"""
+
+
+async def test_invalid_text_is_refused_to_the_cell_and_later_edits_still_apply(
+    home: Path, tmp_path: Path
+) -> None:
+    script = register_script(
+        "surrogates",
+        [code(BAD_TEXT), reply("tried"), code("print('second turn')"), reply("again"), reply("3")],
+    )
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/surrogates", cwd=tmp_path)
+        # A row staged without today's checks (the shape the issue found: a
+        # lone surrogate the turn-end apply could not store).
+        runtime.store.harness.stage(
+            session.id,
+            Edit(op="create", entry_id="h-old", kind="memory", title="old", content="\ud800"),
+        )
+        end = await asyncio.wait_for(session.ask("learn"), TIMEOUT)
+        assert end is not None and end.answer == "tried"
+        lines = outputs(runtime, session.id)[0].splitlines()
+        assert lines[0].startswith("ValueError: content has a lone surrogate '\\ud83d'")
+        assert lines[1].startswith("UsageError: content has the control character '\\x00'")
+        assert lines[2].startswith("ValueError: meta['k'] has a lone surrogate '\\udc80'")
+        assert lines[3].startswith("400 ") and "'\\ud800'" in lines[3]
+        assert lines[4] == "create"
+        # The good edit applied at the boundary; the old bad row did not block it.
+        harness = runtime.learning.harness
+        assert harness.find("fine").status == "active"
+        assert runtime.store.harness.staged(session.id) == []
+        notices = [r.event.text for r in session.history() if isinstance(r.event, Notice)]
+        assert any("edit not applied: create 'old'" in n for n in notices)
+        # The model is told in its next turn; the turn after that no longer.
+        end = await asyncio.wait_for(session.ask("next"), TIMEOUT)
+        assert end is not None and end.answer == "again"
+        system = script.requests[2].system
+        assert "Harness edits that were not applied" in system
+        assert "create 'old': content has a lone surrogate" in system
+        assert "Harness edits that were not applied" not in script.requests[0].system
+        end = await asyncio.wait_for(session.ask("third"), TIMEOUT)
+        assert end is not None and end.answer == "3"
+        assert "Harness edits that were not applied" not in script.requests[4].system
+
+
+async def test_the_reviewer_gets_a_fresh_context_on_its_own_model(
+    home: Path, tmp_path: Path
+) -> None:
+    secret = "the-proposing-session-said-this-7f3a"
+    reviewer = register_script("fresh-reviewer", [], fallback=reply(APPROVE))
+    register_script(
+        "proposer",
+        [
+            code(
+                f"print({secret!r})\n"
+                "await harness.create('memory', 'layout', 'sources live in src/', scope='global',"
+                " reason='seen in the tree')"
+            ),
+            reply(f"done; {secret}"),
+        ],
+    )
+    gate = HarnessConfig(reviewer_model="faux/fresh-reviewer")
+    async with make_runtime(home, harness=gate) as runtime:
+        session = await runtime.create_session(model="faux/proposer", cwd=tmp_path)
+        await asyncio.wait_for(session.ask(f"remember the layout; {secret}"), TIMEOUT)
+        await runtime.learning.wait_reviews()
+        assert runtime.learning.harness.find("layout").status == "active"
+    [request] = reviewer.requests
+    # Its own prompt, the entry alone: one user message, no tools, nothing the
+    # session said or ran, and no trace of the proposer's prompt.
+    assert request.tools == ()
+    assert len(request.messages) == 1
+    assert "sources live in src/" in str(request.messages)
+    assert secret not in request.system and secret not in str(request.messages)
+    assert request.system.startswith("You review one harness entry")

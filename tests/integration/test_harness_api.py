@@ -240,7 +240,7 @@ async def test_a_persons_change_repeated_by_its_command_id_is_not_run_twice(
         edit = Edit(op="create", entry_id="", kind="skill", title="twice", scope="global",
                     code="def twice(x):\n    return 2 * x\n")  # fmt: skip
         receipt = harness.stage(session.id, edit)
-        [proposed] = harness.apply_staged(session.id)
+        [proposed] = harness.apply_staged(session.id).written
         assert proposed.status == "proposed"
         key = CommandKey("client", "approve-1")
         first = await host.people.harness_approve(Decision(str(receipt["entry_id"]), "fine"), key)

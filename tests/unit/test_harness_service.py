@@ -11,7 +11,7 @@ import pytest
 from recursa.config import HarnessConfig
 from recursa.errors import NotFound, StoreError, UsageError
 from recursa.harness.service import Harness
-from recursa.protocol.harness import Edit
+from recursa.protocol.harness import Edit, Provenance
 from recursa.store import Store
 
 SKILL = "async def square_sum(n):\n    return sum(i * i for i in range(n + 1))\n"
@@ -48,7 +48,7 @@ def test_edits_wait_for_the_turn_boundary_and_local_ones_apply_at_once(store: St
     receipt = harness.stage(sid, create("memory", "db", "the tests use sqlite"))
     assert receipt["staged"] and str(receipt["entry_id"]).startswith("h-")
     assert harness.applicable(sid) == []  # staged, not applied
-    [written] = harness.apply_staged(sid)
+    [written] = harness.apply_staged(sid).written
     assert (written.status, written.version, written.scope) == ("active", 1, "local")
     assert [e.title for e in harness.applicable(sid)] == ["db"]
     other = session(store)
@@ -175,7 +175,7 @@ async def test_the_model_reviewer_decides_and_fails_closed(store: Store) -> None
             seen.append(user)
             return text
 
-        decided = await harness.review(proposed, complete, evidence="the session's log")
+        decided = await harness.review(proposed, complete)
         assert decided.actor == "reviewer"
         assert decided.status == ("active" if title == "ok" else "rejected")
     assert all("fact" in user for user in seen)
@@ -185,7 +185,7 @@ async def test_the_model_reviewer_decides_and_fails_closed(store: Store) -> None
     async def down(system: str, user: str) -> str:
         raise ConnectionError("no route")
 
-    after = await harness.review(harness.find(entry), down, evidence="")
+    after = await harness.review(harness.find(entry), down)
     assert after.status == "proposed" and "no route" in str(after.review)
 
 
@@ -203,3 +203,76 @@ def test_subagent_specs_are_found_by_name_for_those_who_see_them(store: Store) -
         harness.spec(session(store), "reviewer")
     with pytest.raises(UsageError, match="exists already"):
         harness.stage(sid, create("subagent_spec", "reviewer", "again"))
+
+
+# -- invalid text is refused at staging; a failing apply blocks nothing ---------------
+
+
+def test_invalid_text_is_refused_when_staged_with_one_line(store: Store) -> None:
+    harness = Harness(store, HarnessConfig())
+    sid = session(store)
+    cases = [
+        (create("memory", "m", "lone \ud800 surrogate"), "content has a lone surrogate"),
+        (create("memory", "t\udfff", "x"), "title has a lone surrogate"),
+        (create("memory", "m", "nul \x00 byte"), "content has the control character"),
+        (create("memory", "m", "escape \x1b[2J"), "control character"),
+        (create("memory", "m", "x", meta={"k": "\ud83d"}), "meta has a lone surrogate"),
+        (create("memory", "m", "x", meta={"k\x00": 1}), "meta has the control character"),
+        (create("memory", "m", "x", meta={"k": "v" * 20_000}), "the limit is 10,000"),
+        (
+            create("memory", "m", "x", provenance=Provenance(reason="why \ud800")),
+            "reason has a lone surrogate",
+        ),
+        (Edit(op="update", entry_id="h-\ud800", content="x"), "entry has a lone surrogate"),
+        # CPython's parser runs out of memory on this rather than saying "invalid syntax".
+        (create("skill", "f", "x", code="a " * 5000), "the parser gave up"),
+    ]
+    for edit, message in cases:
+        with pytest.raises(UsageError) as caught:
+            harness.stage(sid, edit)
+        assert message in str(caught.value)
+        assert "\n" not in str(caught.value)
+    assert store.harness.staged(sid) == []
+    # Tabs, newlines and any valid Unicode are text like any other.
+    fine = create("memory", "ok", "tab\tnewline\n emoji 👩‍💻 and ünïcode")
+    assert harness.stage(sid, fine)["staged"]
+
+
+def test_an_edit_that_fails_at_apply_is_marked_failed_and_blocks_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = Harness(store, HarnessConfig())
+    sid = session(store)
+    # A row staged before staging checked text (or by anything else): the
+    # store keeps it, and the apply must not raise at every turn because of it.
+    bad_edit = Edit(op="create", entry_id="h-bad", kind="memory", title="bad", content="\ud800")
+    bad = store.harness.stage(sid, bad_edit)
+    harness.stage(sid, create("memory", "good", "applies anyway"))
+    applied_now = harness.apply_staged(sid)
+    assert [v.title for v in applied_now.written] == ["good"]
+    [failed] = applied_now.failed
+    assert "lone surrogate" in failed.error and failed.describe().startswith("create 'bad'")
+    assert store.harness.staged(sid) == []  # marked, never retried
+    result = store.execute("SELECT result FROM harness_edits WHERE id = ?", (bad,)).fetchone()[0]
+    assert '"failed": true' in result and "surrogate" in result
+
+    # Any failure, not only a check's, is the edit's: the next one still applies.
+    real_write = store.harness.write
+    failures: list[Exception] = [sqlite3.OperationalError("disk I/O error\nmore")]
+
+    def flaky(previous: object, draft: object) -> object:
+        if failures:
+            raise failures.pop()
+        return real_write(previous, draft)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.harness, "write", flaky)
+    harness.stage(sid, create("memory", "first", "fails on the way in"))
+    harness.stage(sid, create("memory", "second", "applies"))
+    later = harness.apply_staged(sid)
+    assert [v.title for v in later.written] == ["second"]
+    assert [f.error for f in later.failed] == ["OperationalError: disk I/O error"]
+    assert [e.title for e in harness.entries(session_id=sid)] == ["good", "second"]
+    failures.append(ValueError("bad \ud800"))
+    harness.stage(sid, create("memory", "third", "its failure says a surrogate"))
+    [odd] = harness.apply_staged(sid).failed
+    assert odd.error == "ValueError: bad \\ud800"  # printable, storable, sendable

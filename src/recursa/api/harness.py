@@ -79,7 +79,7 @@ class HarnessApi:
         __tracebackhide__ = True
         body = {
             "kind": _choice(kind, "kind", KINDS),
-            "title": _text(title, "title"),
+            "title": _str(_text(title, "title"), "title"),
             "content": _str(content, "content"),
             "scope": _choice(scope, "scope", SCOPES),
             **_shared_fields(code, meta, reason, effect),
@@ -101,7 +101,7 @@ class HarnessApi:
         """Stage a new version of ``entry`` with the fields given (the others stay)."""
         __tracebackhide__ = True
         body = {
-            "title": None if title is None else _text(title, "title"),
+            "title": None if title is None else _str(_text(title, "title"), "title"),
             "content": _optional_str(content, "content"),
             "scope": None if scope is None else _choice(scope, "scope", SCOPES),
             **_shared_fields(code, meta, reason, effect),
@@ -239,8 +239,17 @@ def _ref(entry: object) -> str:
 
 
 def _str(value: object, name: str) -> str:
+    """``value`` if it is a str that is valid text (the daemon checks it
+    again, and refuses control characters too; this says it before sending)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} has a lone surrogate {value[exc.start]!r} at character {exc.start},"
+            " which is not valid text; send it as proper Unicode"
+        ) from None
     return value
 
 
@@ -274,6 +283,10 @@ def _meta(meta: object) -> dict[str, object] | None:
         raise TypeError(f"meta must be a dict, not {type(meta).__name__}")
     if not all(isinstance(key, str) for key in meta):
         raise TypeError("meta's keys must be str")
+    for key, value in meta.items():
+        _str(key, "meta")
+        if isinstance(value, str):
+            _str(value, f"meta[{key!r}]")
     return dict(meta)
 
 

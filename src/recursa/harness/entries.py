@@ -23,7 +23,9 @@ runtime applies edits (:mod:`recursa.harness.service`).
 from __future__ import annotations
 
 import ast
+import json
 import keyword
+import re
 
 from recursa.errors import UsageError
 from recursa.protocol.harness import (
@@ -40,6 +42,7 @@ MAX_TITLE_CHARS = 80
 MAX_CONTENT_CHARS = 20_000
 MAX_CODE_CHARS = 50_000
 MAX_REASON_CHARS = 2_000
+MAX_META_CHARS = 10_000
 
 
 # -- checks -------------------------------------------------------------------------
@@ -63,6 +66,7 @@ def check_title(kind: Kind, title: object) -> str:
     title = title.strip()
     if len(title) > MAX_TITLE_CHARS:
         raise UsageError(f"title is {len(title)} characters; the limit is {MAX_TITLE_CHARS}")
+    check_text("title", title, MAX_TITLE_CHARS)
     if kind in ("skill", "subagent_spec") and not is_name(title):
         raise UsageError(
             f"a {kind}'s title is the name it is called by: a Python identifier, not {title!r}"
@@ -70,12 +74,53 @@ def check_title(kind: Kind, title: object) -> str:
     return title
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters no entry needs (tab, newline and carriage return are fine)."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def check_text(name: str, value: object, limit: int) -> str:
+    """``value`` if it is a string within ``limit`` characters that the store
+    can keep as UTF-8 text: no lone surrogate, no NUL or other control
+    character but tab, newline and carriage return."""
     if not isinstance(value, str):
         raise UsageError(f"{name} must be a string")
     if len(value) > limit:
         raise UsageError(f"{name} is {len(value):,} characters; the limit is {limit:,}")
+    bad = _SURROGATE.search(value)
+    if bad:
+        raise UsageError(
+            f"{name} has a lone surrogate {bad.group()!r} at character {bad.start()},"
+            " which is not valid text; send it as proper Unicode"
+        )
+    bad = _CONTROL.search(value)
+    if bad:
+        raise UsageError(
+            f"{name} has the control character {bad.group()!r} at character {bad.start()};"
+            " only tab, newline and carriage return are allowed"
+        )
     return value
+
+
+def check_json_text(name: str, value: object, limit: int) -> None:
+    """Every string in ``value`` (a JSON-like tree: keys too) passes
+    :func:`check_text`, and the whole stays within ``limit`` characters of JSON."""
+    try:
+        size = len(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{name} must be plain JSON data: {exc}") from None
+    if size > limit:
+        raise UsageError(f"{name} is {size:,} characters as JSON; the limit is {limit:,}")
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            check_text(name, item, limit)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def check_skill_code(title: str, code: object) -> str:
@@ -88,6 +133,9 @@ def check_skill_code(title: str, code: object) -> str:
         tree = ast.parse(code, filename=f"<skill {title}>")
     except SyntaxError as exc:
         raise UsageError(f"the skill's code does not parse: line {exc.lineno}: {exc.msg}") from None
+    except (MemoryError, RecursionError):
+        # CPython's parser gives up this way on some long invalid inputs.
+        raise UsageError("the skill's code does not parse: the parser gave up on it") from None
     defined = {
         node.name
         for node in tree.body
@@ -103,6 +151,7 @@ def check_meta(kind: Kind, meta: object) -> dict[str, object]:
         return {}
     if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
         raise UsageError("meta must be a dict with string keys")
+    check_json_text("meta", meta, MAX_META_CHARS)
     if kind == "subagent_spec":
         unknown = sorted(set(meta) - set(SPEC_FIELDS))
         if unknown:
@@ -120,6 +169,8 @@ def validate(edit: Edit, current: EntryVersion | None) -> Edit:
     """The edit with its fields checked (and a create's defaults filled), or
     UsageError in one line. ``current``: the entry's newest version (None for
     a create)."""
+    check_text("reason", edit.provenance.reason, MAX_REASON_CHARS)
+    check_text("effect", edit.provenance.effect, MAX_REASON_CHARS)
     if edit.op == "create":
         if current is not None:
             raise UsageError(f"entry {edit.entry_id} exists already")
@@ -193,8 +244,10 @@ def reason_text(value: object) -> str:
 __all__ = [
     "MAX_CODE_CHARS",
     "MAX_CONTENT_CHARS",
+    "MAX_META_CHARS",
     "MAX_REASON_CHARS",
     "MAX_TITLE_CHARS",
+    "check_json_text",
     "check_kind",
     "check_meta",
     "check_scope",

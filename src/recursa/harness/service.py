@@ -13,9 +13,10 @@ is ``active`` at once. A ``global`` one is reviewed as its kind's policy says
 - ``model``: ``proposed``, then an independent reviewer call
   (:meth:`Harness.review`) approves or rejects it with reasons.
 
-Before any of that a static screen (:func:`recursa.harness.review.screen`)
+Before any of that a static screen (:func:`recursa.harness.screen.screen`)
 looks for what must never be activated without a person (reading the
-environment or credentials, sending data out, shortcuts around rules). A
+environment or credentials, sending data out, destructive commands,
+shortcuts around rules or tests, disguised text). A
 finding rejects the entry under ``model`` and holds it ``proposed`` under
 ``human`` and ``none``: a trick that worked is not yet a skill.
 
@@ -30,21 +31,48 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from recursa.config import HarnessConfig
 from recursa.errors import NotFound, UsageError
-from recursa.harness.entries import validate
-from recursa.harness.review import parse_verdict, review_prompt, screen
+from recursa.harness.entries import check_text, validate
+from recursa.harness.review import parse_verdict, review_prompt
+from recursa.harness.screen import screen
 from recursa.protocol.calls import Complete
 from recursa.protocol.harness import Action, Actor, Edit, EntryVersion, Provenance, Status
 from recursa.store import Store
 from recursa.store.harness import new_entry_id
 
 EFFECTIVE: frozenset[Status] = frozenset({"active", "deleted", "rolled_back"})
+MAX_REF_CHARS = 200
 
-"""A model call with no tools: (system, user) in, the reply's text out."""
+
+@dataclass(frozen=True, slots=True)
+class FailedEdit:
+    """A staged edit that could not be applied, and why (one line)."""
+
+    edit: Edit
+    error: str
+
+    def describe(self) -> str:
+        what = self.edit.title or self.edit.entry_id or "(untitled)"
+        return f"{self.edit.op} {what!r}: {self.error}"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one turn boundary did with a session's staged edits."""
+
+    written: tuple[EntryVersion, ...]
+    failed: tuple[FailedEdit, ...]
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an unexpected failure, valid UTF-8 whatever the message held."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    first = first.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class Harness:
@@ -75,11 +103,13 @@ class Harness:
             "applies": "at the end of this turn",
         }
 
-    def apply_staged(self, session_id: str) -> list[EntryVersion]:
-        """Apply the session's staged edits, in order; returns the versions
-        written. An edit that no longer fits (the entry changed meanwhile) is
-        marked applied with its error, and the others go on."""
+    def apply_staged(self, session_id: str) -> Applied:
+        """Apply the session's staged edits, in order. Each is applied in its
+        own transaction and marked applied with its result; one that fails
+        (the entry changed meanwhile, or anything else) is marked with its
+        error and rolled back, and the others go on, so no edit blocks a later one."""
         written: list[EntryVersion] = []
+        failed: list[FailedEdit] = []
         for staged in self.store.harness.staged(session_id):
             try:
                 with self.store.transaction():
@@ -88,9 +118,11 @@ class Harness:
                         staged.id, {"entry_id": version.entry_id, "version": version.version}
                     )
                 written.append(version)
-            except (UsageError, NotFound) as exc:
-                self.store.harness.mark_applied(staged.id, {"error": str(exc)})
-        return written
+            except Exception as exc:  # any failure is this edit's, never the boundary's
+                error = str(exc) if isinstance(exc, UsageError | NotFound) else _describe(exc)
+                self.store.harness.mark_applied(staged.id, {"error": error, "failed": True})
+                failed.append(FailedEdit(staged.edit, error))
+        return Applied(tuple(written), tuple(failed))
 
     def _apply(self, session_id: str, edit: Edit) -> EntryVersion:
         current = self.store.harness.current(edit.entry_id)
@@ -215,17 +247,17 @@ class Harness:
             and not (version.review or {}).get("findings")
         )
 
-    async def review(
-        self, version: EntryVersion, complete: Complete, evidence: str
-    ) -> EntryVersion:
+    async def review(self, version: EntryVersion, complete: Complete) -> EntryVersion:
         """Ask an independent reviewer (no tools) about a proposed version, and
-        write its verdict as the next version. A reviewer that cannot be
-        reached leaves the entry proposed (a person can still decide); an
-        unreadable verdict is a rejection."""
+        write its verdict as the next version. ``complete`` is a fresh call:
+        the reviewer sees its own prompt and the entry, nothing of the
+        proposing session (whose log the entry's author could have shaped).
+        It fails closed: a reviewer that cannot be reached leaves the entry
+        proposed (a person can still decide); an unreadable verdict is a rejection."""
         current = self.store.harness.current(version.entry_id)
         if current is None or current.version != version.version or current.status != "proposed":
             return current or version  # decided meanwhile
-        system, user = review_prompt(version, evidence=evidence, findings=())
+        system, user = review_prompt(version, findings=())
         try:
             reply = await complete(system, user)
         except Exception as exc:  # the provider's failure: keep it proposed, say why
@@ -288,7 +320,7 @@ class Harness:
     # -- reading ------------------------------------------------------------------------
 
     def find(self, ref: str) -> EntryVersion:
-        found = self.store.harness.find(ref)
+        found = self.store.harness.find(check_text("entry", ref, MAX_REF_CHARS))
         if found is None:
             raise NotFound(f"no harness entry {ref!r}")
         return found
@@ -365,7 +397,7 @@ class Harness:
         return entry.scope == "global" or entry.session_id == session_id
 
     def visible(self, session_id: str, ref: str) -> EntryVersion:
-        found = self.store.harness.find(ref)
+        found = self.store.harness.find(check_text("entry", ref, MAX_REF_CHARS))
         if found is None or not self._sees(session_id, found):
             raise NotFound(f"no harness entry {ref!r}")
         return found
@@ -397,4 +429,4 @@ def render(version: EntryVersion | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EFFECTIVE", "Complete", "Harness", "render"]
+__all__ = ["EFFECTIVE", "Applied", "Complete", "FailedEdit", "Harness", "render"]

@@ -35,8 +35,6 @@ log = logging.getLogger("recursa.harness")
 
 REFINE_EVENTS_CHARS = 24_000
 """How much of the recent event log a refinement reads."""
-EVIDENCE_CHARS = 6_000
-"""How much of the proposing session's log a reviewer reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +56,9 @@ class Learning:
         self.runtime = runtime
         self.harness = Harness(runtime.store, runtime.config.harness)
         self._reviews = runtime.tasks.group("reviews")
+        self._failed: dict[str, tuple[str, ...]] = {}
+        """Per session, the edits its last turn boundary could not apply: told
+        in its next turn's prompt (and in its log, which outlives this)."""
 
     # -- what a session sees -----------------------------------------------------------
 
@@ -85,12 +86,20 @@ class Learning:
             self.folder_skills(session_id),
             max_chars=self.runtime.config.harness.max_prompt_chars,
         )
+        sections = [made.text] if made.text else []
         role = self.runtime.store.session(session_id).meta.get("role")
-        if not isinstance(role, str) or not role.strip():
+        if isinstance(role, str) and role.strip():
+            sections.insert(0, f"# Your role\n\n{role.strip()}")
+        failed = self._failed.get(session_id)
+        if failed:
+            sections.append(
+                "# Harness edits that were not applied\n\n"
+                "When your last turn ended, these staged edits failed; nothing of them"
+                " applies:\n" + "\n".join(f"- {line}" for line in failed)
+            )
+        text = "\n\n".join(sections)
+        if text == made.text:
             return made
-        text = f"# Your role\n\n{role.strip()}"
-        if made.text:
-            text += "\n\n" + made.text
         return replace(made, text=text, tokens=estimate_tokens(text))
 
     def prelude(self, session_id: str) -> tuple[str, str] | None:
@@ -105,13 +114,22 @@ class Learning:
 
     def turn_ended(self, session: Session) -> None:
         """Apply the session's staged edits (in the transaction that records the
-        turn's end) and start the reviews they need."""
-        written = self.harness.apply_staged(session.id)
-        for version in written:
+        turn's end) and start the reviews they need. An edit that fails is
+        told in the log and in the session's next turn's prompt; the others
+        apply all the same."""
+        applied = self.harness.apply_staged(session.id)
+        for version in applied.written:
             state = f"{version.kind} {version.title!r} v{version.version}: {version.status}"
             session.record(Notice(level="info", text=f"harness: {state} ({version.entry_id})"))
             if self.harness.needs_model_review(version):
                 self._start_review(version)
+        for failure in applied.failed:
+            text = f"harness: edit not applied: {failure.describe()}"
+            session.record(Notice(level="warning", text=text))
+        if applied.failed:
+            self._failed[session.id] = tuple(f.describe() for f in applied.failed)
+        else:
+            self._failed.pop(session.id, None)  # told once: in the turn after the failure
 
     def _start_review(self, version: EntryVersion) -> None:
         if self._reviews.closed:  # a turn that ends while the runtime closes
@@ -120,10 +138,11 @@ class Learning:
         self._reviews.start(self.review(version), name=f"review {version.entry_id}")
 
     async def review(self, version: EntryVersion) -> EntryVersion:
-        """The model review of one proposed version; its call is counted in the
-        proposing session's books."""
+        """The model review of one proposed version: a fresh call on
+        ``[harness] reviewer_model`` (else the proposing session's model) with
+        its own prompt and the entry alone, none of the session's context. The
+        call is counted in the proposing session's books."""
         session_id = version.session_id
-        evidence = self._evidence(version)
         model = self.runtime.config.harness.reviewer_model or (
             self.runtime.store.session(session_id).model if session_id else None
         )
@@ -133,7 +152,7 @@ class Learning:
         async def complete(system: str, user: str) -> str:
             return await self.complete(model, system, user, session_id=session_id)
 
-        decided = await self.harness.review(version, complete, evidence)
+        decided = await self.harness.review(version, complete)
         if session_id is not None:
             text = f"harness: {decided.title!r} v{decided.version}: {decided.status} by reviewer"
             self.runtime.get(session_id).record(Notice(level="info", text=text))
@@ -146,16 +165,6 @@ class Learning:
     async def aclose(self) -> None:
         """Cancel the reviews still running (their entries stay proposed)."""
         await self._reviews.aclose()
-
-    def _evidence(self, version: EntryVersion) -> str:
-        if version.session_id is None:
-            return ""
-        records = list(self.runtime.store.events(version.session_id))
-        if version.source_events:
-            wanted = set(version.source_events)
-            picked = [r for r in records if r.seq in wanted]
-            records = picked or records
-        return render_events(records, EVIDENCE_CHARS)
 
     # -- refinement ----------------------------------------------------------------------
 
