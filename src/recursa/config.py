@@ -37,6 +37,8 @@ The file, field by field::
     startup_timeout = 60
     interrupt_grace = "3s"              # an interrupted cell's time to stop before a restart
     max_output_chars = 20000000         # one cell's output held in memory, at least 10000
+    sandbox = "bwrap"                   # "bwrap" (Linux default: bubblewrap) or "none"
+    network = true                      # false: a sandboxed kernel has no network
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -79,6 +81,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -93,6 +96,8 @@ from recursa.errors import ConfigError
 from recursa.validation import one_line, within
 
 ProviderKind = Literal["openai", "anthropic"]
+SandboxKind = Literal["bwrap", "none"]
+"""How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
 DEFAULT_HOME = Path("~/.recursa")
 CONFIG_FILE_NAME = "config.toml"
@@ -105,6 +110,7 @@ DEFAULT_MAX_RETRIES = 4
 DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
 DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
+DEFAULT_KERNEL_SANDBOX: SandboxKind = "bwrap" if sys.platform.startswith("linux") else "none"
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 DEFAULT_LOCAL_N_CTX = 8192
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
@@ -191,6 +197,10 @@ class KernelConfig:
     startup_timeout: float = DEFAULT_KERNEL_STARTUP_TIMEOUT
     interrupt_grace: float = DEFAULT_KERNEL_INTERRUPT_GRACE
     max_output_chars: int = DEFAULT_KERNEL_MAX_OUTPUT_CHARS
+    sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
+    """Kernels run under bubblewrap ("bwrap"), or unconfined ("none")."""
+    network: bool = True
+    """False: a sandboxed kernel gets an empty network namespace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +366,8 @@ class KernelTable(_Table):
     max_output_chars: Annotated[int, within(MIN_KERNEL_MAX_OUTPUT_CHARS, 2**31)] = (
         DEFAULT_KERNEL_MAX_OUTPUT_CHARS
     )
+    sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
+    network: bool = True
 
 
 class SessionsTable(_Table):
@@ -451,6 +463,8 @@ def load_config(
             startup_timeout=kernel.startup_timeout or DEFAULT_KERNEL_STARTUP_TIMEOUT,
             interrupt_grace=kernel.interrupt_grace,
             max_output_chars=kernel.max_output_chars,
+            sandbox=kernel.sandbox,
+            network=kernel.network,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -563,6 +577,7 @@ __all__ = [
     "Price",
     "ProviderConfig",
     "ProviderKind",
+    "SandboxKind",
     "SessionsConfig",
     "color_enabled",
     "debug_enabled",
