@@ -13,9 +13,9 @@ Linux) each kernel runs under bubblewrap and sees:
   harness), its connection file (read-only) and the directory of the
   kernel-API socket (read-only: connecting to a socket needs no write);
 - its own PID, IPC and UTS namespaces: what it starts dies with it, however
-  it detaches (a new session, a double fork), because the namespace's init
-  dies with the kernel; and, with ``[kernel] network = false``, its own
-  empty network namespace.
+  it detaches (a new session, a double fork), because the kernel is the
+  namespace's init; and, with ``[kernel] network = false``, its own empty
+  network namespace.
 
 Mounts are applied parents first, so any nesting works: a workspace inside
 the home or the home inside a workspace, either under ``/tmp``. The
@@ -25,8 +25,7 @@ process group of the outer ``bwrap`` process, so a signal to the group
 (SIGINT for an interrupt, SIGKILL for a stop) reaches it. The outer
 ``bwrap`` would die of that SIGINT (and the kernel would look dead), so it
 runs with SIGINT ignored, and the kernel with it restored (coreutils'
-``env --ignore-signal`` / ``--default-signal``); the sandbox's init ignores it
-anyway, being a PID namespace's init.
+``env --ignore-signal`` / ``--default-signal``).
 
 Where bubblewrap is missing or cannot create namespaces, a kernel does not
 start: :func:`check_sandbox` raises :class:`KernelError` in one line naming
@@ -64,7 +63,13 @@ PRIVATE_ENV: Mapping[str, str] = {
 }
 """Set in a sandboxed kernel's environment unless the environment sets them."""
 
-_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts")
+_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--as-pid-1")
+"""The kernel is its PID namespace's init (``--as-pid-1``): bubblewrap's own
+init would wait for every process in the namespace before it exits, so a
+process a cell detached would keep the namespace alive after the kernel
+stopped. With the kernel as init, its exit kills every process in the
+namespace. The kernel receives the signals it handles (SIGINT) and SIGKILL;
+an orphan that exits stays a zombie until the kernel exits."""
 
 
 @dataclass(frozen=True, slots=True)
