@@ -107,6 +107,16 @@ class KernelPool:
             self._discard_unfit()
             self._top_up()
 
+    def expect(self, workspace: Path) -> None:
+        """Keep spares for ``workspace`` from now on (under a sandbox; without
+        one every spare fits every caller): what :meth:`acquire` learns from
+        its callers, told ahead of the first."""
+        self._check_open()
+        if self._sandbox.enabled and self._spare_workspace != absolute(workspace):
+            self._spare_workspace = absolute(workspace)
+            self._discard_unfit()
+            self._top_up()
+
     @property
     def ready(self) -> int:
         """How many started kernels are waiting to be acquired."""

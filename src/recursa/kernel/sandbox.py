@@ -142,7 +142,7 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     for path in hidden:
         if _within(path, workspace):
             raise KernelError(
-                f"cannot sandbox a kernel in {view.workspace}: it would show {path}, which "
+                f"cannot sandbox a kernel in {view.workspace}: it lies in {path}, which "
                 "kernels must not see; start the session in another directory"
             )
     # (path, order at equal depth, options): a tmpfs is laid before what is
@@ -217,8 +217,9 @@ def _real(path: Path) -> Path:
 
 def _within(hidden: Path, workspace: Path) -> bool:
     """Whether binding ``workspace`` read-write would show what lies in
-    ``hidden``: it is that directory or inside it. (A hidden directory
-    inside the workspace is hidden: it is laid over it afterwards.)"""
+    ``hidden``: it is that directory or inside it (in the home, another
+    session's snapshot is code that session runs at its next restore). A
+    hidden directory inside the workspace stays hidden: it is laid over it."""
     return workspace == hidden or hidden in workspace.parents
 
 
