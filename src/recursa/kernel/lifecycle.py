@@ -400,9 +400,10 @@ class KernelProcess:
             await _release(km, keep_connection_file=keep_connection_file)
             if not keep_connection_file:
                 self._manager = None
-        # The process (and with a sandbox every process it started) is gone.
-        release_limits(self._name)
         if not keep_connection_file:
+            # The process (and with a sandbox every process it started) is
+            # gone. A restart keeps its cgroup: the next process enters it.
+            release_limits(self._name)
             for path in (self.connection_file, self._log_file):
                 with contextlib.suppress(OSError):
                     path.unlink()

@@ -38,6 +38,7 @@ from uuid import uuid4
 
 from recursa.errors import KernelError
 from recursa.kernel.launch import kernel_dir_of
+from recursa.kernel.limits import release_limits
 from recursa.kernel.pids import command_lines, is_alive
 from recursa.kernel.watch import ProcessWatch
 
@@ -158,7 +159,8 @@ async def _kill(pid: int, connection_file: Path) -> None:
 
 
 def _remove_files(connection_file: Path) -> None:
-    """The connection file, the kernel's log, its unix sockets and its directory."""
+    """The connection file, the kernel's log, its unix sockets, its directory
+    and its limits' cgroup."""
     sockets: list[Path] = []
     directory: Path | None = None
     try:
@@ -178,6 +180,7 @@ def _remove_files(connection_file: Path) -> None:
             path.unlink()
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
+    release_limits(connection_file.stem)
 
 
 __all__ = [
