@@ -23,7 +23,13 @@ from daemon_kit import recursa
 from recursa.config import Limits
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, KernelPool, exchange
-from recursa.kernel.sandbox import OPT_OUT, PACKAGE, SandboxPolicy, check_sandbox
+from recursa.kernel.sandbox import (
+    OPT_OUT,
+    PACKAGE,
+    SandboxPolicy,
+    check_sandbox,
+    connection_inside,
+)
 from recursa.models.faux import code, register_script, reply
 from recursa.protocol.events import CellFinished
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec, make_runtime
@@ -157,11 +163,12 @@ async def test_a_cell_reads_nothing_of_the_home_and_writes_only_its_workspace_an
         assert own is not None and theirs is not None
         [finished] = [r.event for r in session.history() if isinstance(r.event, CellFinished)]
     found = json.loads(finished.output)
-    # Of the home a cell reads only its own connection file: no other
-    # kernel's, no token, no store.
+    # Nothing of the home: no kernel's connection file (not even its own,
+    # which it reads elsewhere), no token, no store.
     readable = {path for path, size in found["read"].items() if isinstance(size, int)}
-    assert readable == {own.connection_file}
-    assert theirs.connection_file not in found["read"]  # not even listed
+    assert readable == set()
+    assert own.connection_file not in found["read"]  # not even listed
+    assert theirs.connection_file not in found["read"]
     assert found["read"][str(home / "daemon.token")] == "FileNotFoundError"
     assert found["read"][str(home / "recursa.db")] == "FileNotFoundError"
     wrote = found["wrote"]
@@ -187,20 +194,37 @@ async def test_a_cell_sees_only_its_own_kernel_files(home: Path, tmp_path: Path)
         listing = f"import os; print(sorted(os.listdir({str(runtime_dir)!r})))"
         out = await second.execute(listing, timeout=30)
         seen = set(json.loads(out.text().replace("'", '"')))
-        # Its connection file, and its directory when that is beside it (a
-        # long path puts the directory under /tmp instead).
-        assert second.connection_file.name in seen
-        assert seen <= {second.connection_file.name, second.connection_file.stem}
-        theirs = first.connection_file
-        out = await second.execute(f"open({str(theirs)!r}).read()", timeout=30)
-        assert out.status == "error"
-        assert "FileNotFoundError" in out.text()
-        # Its own connection file is read-only to it.
-        out = await second.execute(
-            f"open({str(second.connection_file)!r}, 'a').write('x')", timeout=30
-        )
+        # At most its own directory (its sockets), when that is beside the
+        # connection files (a long path puts it under /tmp instead).
+        assert seen <= {second.connection_file.stem}
+        for path in (first.connection_file, second.connection_file):
+            out = await second.execute(f"open({str(path)!r}).read()", timeout=30)
+            assert out.status == "error"
+            assert "FileNotFoundError" in out.text()
+        # It reads its own at a private path, read-only.
+        inside = connection_inside(second.connection_file)
+        out = await second.execute(f"print(len(open({str(inside)!r}).read()) > 0)", timeout=30)
+        assert out.text() == "True\n"
+        out = await second.execute(f"open({str(inside)!r}, 'a').write('x')", timeout=30)
         assert out.status == "error"
         assert "Read-only file system" in out.text()
+
+
+async def test_killing_the_recorded_pid_alone_ends_the_whole_sandbox(sandboxed: Kernel) -> None:
+    """The pid a session records is the outer bwrap's; the kernel inside dies with it."""
+    marker = new_marker()
+    await sandboxed.execute(sleeper(marker, "double-fork"), timeout=30)
+    wait_for(lambda: marked(marker), SPAWN_WAIT, "the sleep to start")
+    launched = psutil.Process(sandboxed.pid)
+    family = [launched, *launched.children(recursive=True)]
+    assert len(family) >= 3  # bwrap, the kernel, the sleep
+    launched.kill()
+    _gone, alive = psutil.wait_procs(family, timeout=2.0)
+    assert alive == []
+    out = await sandboxed.execute("print('back')", timeout=60)
+    assert out.restarted
+    assert "had died" in out.note
+    assert out.text().startswith("back\n")
 
 
 # ------------------------------------------------------- what a cell starts dies

@@ -43,7 +43,9 @@ def test_a_workspace_holding_the_home_is_bound_before_the_home_is_hidden(tmp_pat
     assert position[("--tmpfs", str(home))] < position[("--tmpfs", str(home / "kernels"))]
     kernel_dir = home / "kernels" / "kernel-1-ab"
     assert position[("--tmpfs", str(home / "kernels"))] < position[("--bind", str(kernel_dir))]
-    assert ("--ro-bind", str(home / "kernels" / "kernel-1-ab.json")) in position
+    # Its connection file: in its private /tmp, not where the others are.
+    assert ("--ro-bind", "/tmp/.recursa/kernel-1-ab.json") in position
+    assert ("--ro-bind", str(home / "kernels" / "kernel-1-ab.json")) not in position
     assert "--unshare-pid" in args
     assert "--unshare-net" not in args
     assert "--die-with-parent" not in args

@@ -69,14 +69,15 @@ def extension_flags() -> tuple[str, ...]:
     )
 
 
-def kernel_argv(python: str) -> list[str]:
-    """The kernel's command line; ``{connection_file}`` is filled in by jupyter_client."""
+def kernel_argv(python: str, connection: str = "{connection_file}") -> list[str]:
+    """The kernel's command line; ``{connection_file}`` is filled in by
+    jupyter_client (a sandboxed kernel reads the file at another path)."""
     return [
         python,
         "-m",
         "ipykernel_launcher",
         "-f",
-        "{connection_file}",
+        connection,
         *KERNEL_FLAGS,
         *extension_flags(),
     ]
@@ -143,13 +144,15 @@ def make_manager(
     connection_file: Path,
     ipc_prefix: Path,
     argv_prefix: list[str] | None = None,
+    connection: str = "{connection_file}",
 ) -> AsyncKernelManager:
     """A manager for one kernel on the ipc transport; ``argv_prefix`` (the
-    limits and the sandbox) goes in front of the kernel's command line."""
+    limits and the sandbox) goes in front of the kernel's command line, which
+    reads the connection file at ``connection``."""
     if len(os.fsencode(ipc_prefix)) > MAX_IPC_PATH_BYTES:
         raise KernelError(f"the kernel socket path {ipc_prefix} is too long for a unix socket")
     spec = KernelSpec(
-        argv=[*(argv_prefix or ()), *kernel_argv(python)],
+        argv=[*(argv_prefix or ()), *kernel_argv(python, connection)],
         display_name="recursa",
         language="python",
         interrupt_mode="signal",

@@ -38,6 +38,7 @@ from recursa.kernel.sandbox import (
     NO_SANDBOX,
     KernelView,
     SandboxPolicy,
+    connection_argument,
     launch_prefix,
     sandbox_env,
 )
@@ -204,6 +205,7 @@ class KernelProcess:
             connection_file=self.connection_file,
             ipc_prefix=self.kernel_dir / IPC_NAME,
             argv_prefix=launch_prefix(self.sandbox, view, self._name),
+            connection=connection_argument(self.sandbox, self.connection_file),
         )
 
     async def _wait_ready(self, deadline: float) -> None:

@@ -10,8 +10,9 @@ Linux) each kernel runs under bubblewrap and sees:
 - nothing of the hidden directories (``RECURSA_HOME`` and the kernels'
   runtime directory: an empty tmpfs lies over each) but its own directory
   (read-write: its ZeroMQ sockets and the files it exchanges with the
-  harness), its connection file (read-only) and the directory of the
-  kernel-API socket (read-only: connecting to a socket needs no write);
+  harness) and the directory of the kernel-API socket (read-only:
+  connecting to a socket needs no write); its connection file is in its
+  private ``/tmp`` (read-only);
 - its own PID, IPC and UTS namespaces: what it starts dies with it, however
   it detaches (a new session, a double fork), because the kernel is the
   namespace's init; and, with ``[kernel] network = false``, its own empty
@@ -25,7 +26,9 @@ process group of the outer ``bwrap`` process, so a signal to the group
 (SIGINT for an interrupt, SIGKILL for a stop) reaches it. The outer
 ``bwrap`` would die of that SIGINT (and the kernel would look dead), so it
 runs with SIGINT ignored, and the kernel with it restored (coreutils'
-``env --ignore-signal`` / ``--default-signal``).
+``env --ignore-signal`` / ``--default-signal``). The kernel dies with the
+outer ``bwrap`` (``setpriv --pdeathsig KILL``): killing the pid the harness
+records, by itself, ends the whole sandbox.
 
 Where bubblewrap is missing or cannot create namespaces, a kernel does not
 start: :func:`check_sandbox` raises :class:`KernelError` in one line naming
@@ -53,6 +56,9 @@ PACKAGE = "bubblewrap"
 OPT_OUT = '[kernel] sandbox = "none"'
 PROBE_TIMEOUT = 10.0
 """Seconds the one probe of bubblewrap may take."""
+
+INSIDE = Path("/tmp/.recursa")
+"""Where a sandboxed kernel finds what the harness gives it (its connection file)."""
 
 PRIVATE_ENV: Mapping[str, str] = {
     # The home directory is read-only inside: IPython, matplotlib and pip
@@ -120,10 +126,23 @@ def launch_prefix(policy: SandboxPolicy, view: KernelView, name: str) -> list[st
     view cannot be confined (a workspace that would show a hidden directory)."""
     prefix = limit_argv(policy.limits, name)
     if policy.enabled:
-        env, bwrap = check_sandbox(policy.bwrap, network=policy.network)
+        env, bwrap, setpriv = check_sandbox(policy.bwrap, network=policy.network)
         prefix += [env, "--ignore-signal=INT", bwrap, *bwrap_args(policy, view)]
-        prefix += [env, "--default-signal=INT"]
+        prefix += [env, "--default-signal=INT", setpriv, "--pdeathsig", "KILL"]
     return prefix
+
+
+def connection_argument(policy: SandboxPolicy, connection_file: Path) -> str:
+    """Where the kernel reads its connection file: a sandboxed kernel at
+    :func:`connection_inside`, else jupyter_client's placeholder for the file."""
+    return str(connection_inside(connection_file)) if policy.enabled else "{connection_file}"
+
+
+def connection_inside(connection_file: Path) -> Path:
+    """The path at which a sandboxed kernel reads its connection file: in its
+    private /tmp, so that nothing under the kernels' directory (its own file
+    included) is there to read."""
+    return INSIDE / connection_file.name
 
 
 def sandbox_env(policy: SandboxPolicy, env: Mapping[str, str]) -> dict[str, str]:
@@ -152,8 +171,11 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     mounts.append((workspace, 1, ["--bind", str(workspace), str(workspace)]))
     kernel_dir = _real(view.kernel_dir)
     mounts.append((kernel_dir, 1, ["--bind", str(kernel_dir), str(kernel_dir)]))
-    connection = _real(view.connection_file)
-    mounts.append((connection, 1, ["--ro-bind", str(connection), str(connection)]))
+    # The source as the harness names it: the launch line then names the
+    # file, which is how the process is recognized later (adoption, orphans).
+    inside = connection_inside(view.connection_file)
+    connection = str(view.connection_file)
+    mounts.append((inside, 1, ["--ro-bind", connection, str(inside)]))
     if view.api_socket is not None:
         # Its directory, so that a socket the daemon makes again after a
         # crash is seen; the socket alone where the directory is a hidden one.
@@ -172,11 +194,11 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     return args
 
 
-def check_sandbox(bwrap: str, *, network: bool) -> tuple[str, str]:
-    """The paths of ``env`` and of a bubblewrap that can build a kernel's
-    sandbox here, or :class:`KernelError` in one line naming the cause, the
-    package and the opt-out. Probed once per process (for each program and
-    network choice): a few milliseconds."""
+def check_sandbox(bwrap: str, *, network: bool) -> tuple[str, str, str]:
+    """The paths of ``env``, of a bubblewrap that can build a kernel's
+    sandbox here and of ``setpriv``, or :class:`KernelError` in one line
+    naming the cause, the package and the opt-out. Probed once per process
+    (for each program and network choice): a few milliseconds."""
     found, problem = _probe(bwrap, network)
     if problem is not None:
         raise KernelError(f"{problem}; install the package {PACKAGE}, or set {OPT_OUT}")
@@ -184,31 +206,34 @@ def check_sandbox(bwrap: str, *, network: bool) -> tuple[str, str]:
 
 
 @functools.cache
-def _probe(bwrap: str, network: bool) -> tuple[tuple[str, str], str | None]:
+def _probe(bwrap: str, network: bool) -> tuple[tuple[str, str, str], str | None]:
     env = shutil.which("env") or "/usr/bin/env"
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
     found = shutil.which(bwrap)
     if found is None:
-        return ("", ""), f"cannot sandbox kernels: {bwrap} (bubblewrap) is not installed"
+        return ("", "", ""), f"cannot sandbox kernels: {bwrap} (bubblewrap) is not installed"
     found = os.path.abspath(found)
+    programs = (env, found, setpriv)
     argv = [env, "--ignore-signal=INT", found, "--ro-bind", "/", "/", "--proc", "/proc"]
     argv += _NAMESPACES
     if not network:
         argv.append("--unshare-net")
-    argv += ["--", env, "--default-signal=INT", "true"]
+    argv += ["--", env, "--default-signal=INT", setpriv, "--pdeathsig", "KILL", "true"]
     try:
         done = subprocess.run(
             argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False, stdin=subprocess.DEVNULL
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return (env, found), f"cannot sandbox kernels: {found} could not be run ({exc})"
+        return programs, f"cannot sandbox kernels: {found} could not be run ({exc})"
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
         why = said[-1] if said else f"exit code {done.returncode}"
-        return (env, found), (
+        return programs, (
             f"cannot sandbox kernels: {found} cannot create a sandbox here ({why}; "
-            "user namespaces may be disabled, or env lacks --ignore-signal: coreutils 8.31+)"
+            "user namespaces may be disabled, or env or setpriv is too old: coreutils 8.31 "
+            "and util-linux 2.33 are needed)"
         )
-    return (env, found), None
+    return programs, None
 
 
 def _real(path: Path) -> Path:
@@ -235,6 +260,8 @@ __all__ = [
     "SandboxPolicy",
     "bwrap_args",
     "check_sandbox",
+    "connection_argument",
+    "connection_inside",
     "launch_prefix",
     "sandbox_env",
 ]
