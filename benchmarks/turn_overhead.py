@@ -20,6 +20,12 @@ Scenarios:
 For each cold scenario it prints the time from the task being sent to the
 first request reaching the server, and the first step's overhead.
 
+Every scenario runs twice in one run, with the kernel sandbox
+(``[kernel] sandbox = "bwrap"``) and without it (``"none"``), and the
+difference is printed; so is a bare kernel's start time (launch to ready)
+with and without the sandbox. Without a working bubblewrap only the
+unsandboxed figures are printed, with the reason.
+
 Usage: python benchmarks/turn_overhead.py [--steps 60] [--repeats 5] [--latency 1.0]
 """
 
@@ -37,7 +43,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from recursa.config import load_config
+from recursa.config import SandboxKind, load_config
+from recursa.errors import KernelError
+from recursa.kernel import Kernel
+from recursa.kernel.sandbox import SandboxPolicy, check_sandbox
 from recursa.runtime import Runtime
 
 
@@ -64,8 +73,12 @@ def step(code: str, delay: float = 0.0) -> dict[str, object]:
     return item
 
 
-async def run_once(script: list[dict[str, object]], home: Path, warm: bool) -> Timing:
-    workdir = Path(tempfile.mkdtemp(dir=home))
+async def run_once(
+    script: list[dict[str, object]], base: Path, warm: bool, sandbox: SandboxKind
+) -> Timing:
+    home = base / "home"
+    # Outside the home: a sandboxed kernel may not have its workspace there.
+    workdir = Path(tempfile.mkdtemp(dir=base))
     script_file, log_file = workdir / "script.json", workdir / "requests.jsonl"
     script_file.write_text(json.dumps(script))
     server = subprocess.Popen(
@@ -91,9 +104,15 @@ async def run_once(script: list[dict[str, object]], home: Path, warm: bool) -> T
                 "OPENAI_API_KEY": "bench",
             }
         )
-        config = replace(config, limits=replace(config.limits, max_steps=None))
+        config = replace(
+            config,
+            limits=replace(config.limits, max_steps=None),
+            kernel=replace(config.kernel, sandbox=sandbox),
+        )
         async with await Runtime.open(config, warm_kernels=1 if warm else 0) as runtime:
             if warm:
+                # A sandboxed spare is launched for a workspace: this one.
+                runtime.kernels.expect(workdir)
                 await runtime.kernels.fill()
             session = await runtime.create_session(model="openai/bench", cwd=workdir)
             sent_at = time.monotonic()
@@ -115,25 +134,69 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+async def kernel_starts(
+    base: Path, kinds: list[SandboxKind], repeats: int
+) -> dict[SandboxKind, list[float]]:
+    """Launch-to-ready seconds of ``repeats`` bare kernels of each kind,
+    alternating kinds so that both see the same machine."""
+    home = base / "home"
+    workdir = Path(tempfile.mkdtemp(dir=base))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    times: dict[SandboxKind, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(repeats + 1):  # the first round warms the caches and is dropped
+        for kind in kinds:
+            policy = SandboxPolicy(kind=kind, hidden=(home,))
+            async with Kernel(workdir, env, runtime_dir=home / "kernels", sandbox=policy) as kernel:
+                assert kernel.startup_time is not None
+                times[kind].append(kernel.startup_time)
+    return {kind: values[1:] for kind, values in times.items()}
+
+
+def delta(without: float, within: float) -> str:
+    return f"{(within - without) * 1000:+7.2f} ms"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--latency", type=float, default=1.0)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="recursa-bench-"))
+    base = Path(tempfile.mkdtemp(prefix="recursa-bench-"))
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    kinds: list[SandboxKind] = ["none", "bwrap"]
+    try:
+        check_sandbox("bwrap", network=True)
+    except KernelError as exc:
+        print(f"without the sandbox only: {exc}\n")
+        kinds = ["none"]
+
+    starts = await kernel_starts(base, kinds, max(args.repeats, 5))
+    print(f"kernel start (launch → ready), median of {len(starts['none'])}:")
+    for kind in kinds:
+        print(f"  sandbox={kind:5s}  {ms(statistics.median(starts[kind]))}")
+    if len(kinds) == 2:
+        with_, without = statistics.median(starts["bwrap"]), statistics.median(starts["none"])
+        print(f"  sandbox cost       {delta(without, with_)}")
 
     # Distinct trivial cells: a repeated identical cell is refused by the loop.
-    steady = [*[step(f"i = {k}") for k in range(args.steps + 1)], {"text": "done"}]
-    timing = await run_once(steady, home, warm=False)
-    gaps = timing.gaps()[1:]
+    steady: list[dict[str, object]] = [
+        *[step(f"i = {k}") for k in range(args.steps + 1)],
+        {"text": "done"},
+    ]
+    medians = {}
     print(
-        f"steady state, {len(gaps)} steps with a trivial cell (reply complete → next request sent):"
+        f"\nsteady state, {args.steps} steps with a trivial cell (reply complete → next request sent):"
     )
-    print(
-        f"  median {ms(statistics.median(gaps))}   p90 {ms(percentile(gaps, 0.9))}   max {ms(max(gaps))}"
-    )
+    for kind in kinds:
+        gaps = (await run_once(steady, base, warm=False, sandbox=kind)).gaps()[1:]
+        medians[kind] = statistics.median(gaps)
+        print(
+            f"  sandbox={kind:5s}  median {ms(medians[kind])}   "
+            f"p90 {ms(percentile(gaps, 0.9))}   max {ms(max(gaps))}"
+        )
+    if len(kinds) == 2:
+        print(f"  sandbox cost per step (median) {delta(medians['none'], medians['bwrap'])}")
 
     scenarios = [
         ("cold, instant model", False, 0.0),
@@ -142,15 +205,17 @@ async def main() -> None:
     ]
     print(f"\nfirst step, median of {args.repeats} fresh runtimes:")
     for label, warm, delay in scenarios:
-        firsts, to_request = [], []
-        for _ in range(args.repeats):
-            t = await run_once([step("x = 1", delay=delay), {"text": "done"}], home, warm=warm)
-            firsts.append(t.gaps()[0])
-            to_request.append(t.to_first_request())
-        print(
-            f"  {label:32s} first step {ms(statistics.median(firsts))}   "
-            f"task sent → first request {ms(statistics.median(to_request))}"
-        )
+        for kind in kinds:
+            firsts, to_request = [], []
+            for _ in range(args.repeats):
+                script: list[dict[str, object]] = [step("x = 1", delay=delay), {"text": "done"}]
+                t = await run_once(script, base, warm=warm, sandbox=kind)
+                firsts.append(t.gaps()[0])
+                to_request.append(t.to_first_request())
+            print(
+                f"  {label:32s} sandbox={kind:5s} first step {ms(statistics.median(firsts))}   "
+                f"task sent → first request {ms(statistics.median(to_request))}"
+            )
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ The file, field by field::
     memory_max = "4G"                   # memory of the kernel and all it starts; 0 = no limit
     max_processes = 256                 # its tasks at once (processes and threads, the
                                         # kernel's own dozen included); 0 = no limit
+    sandbox = "bwrap"                   # "bwrap" (Linux default: bubblewrap) or "none"
+    network = true                      # false: a sandboxed kernel has no network
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -85,6 +87,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +102,8 @@ from recursa.errors import ConfigError
 from recursa.validation import one_line, within
 
 ProviderKind = Literal["openai", "anthropic"]
+SandboxKind = Literal["bwrap", "none"]
+"""How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
 DEFAULT_HOME = Path("~/.recursa")
 CONFIG_FILE_NAME = "config.toml"
@@ -111,6 +116,7 @@ DEFAULT_MAX_RETRIES = 4
 DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
 DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
+DEFAULT_KERNEL_SANDBOX: SandboxKind = "bwrap" if sys.platform.startswith("linux") else "none"
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 MIN_KERNEL_MEMORY = 64 << 20
 """The smallest ``[kernel] memory_max``: an idle kernel holds about 50 MB."""
@@ -207,6 +213,10 @@ class KernelConfig:
     """Bytes of memory the kernel and every process it starts may use; None: no limit."""
     max_processes: int | None = None
     """Tasks (processes and threads) the kernel and its descendants may run; None: no limit."""
+    sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
+    """Kernels run under bubblewrap ("bwrap"), or unconfined ("none")."""
+    network: bool = True
+    """False: a sandboxed kernel gets an empty network namespace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +435,8 @@ class KernelTable(_Table):
         within(0, MAX_PIDS),
         _zero_or_at_least(MIN_KERNEL_PROCESSES, str(MIN_KERNEL_PROCESSES)),
     ] = 0
+    sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
+    network: bool = True
 
 
 class SessionsTable(_Table):
@@ -523,6 +535,8 @@ def load_config(
             max_output_chars=kernel.max_output_chars,
             memory_max=kernel.memory_max or None,
             max_processes=kernel.max_processes or None,
+            sandbox=kernel.sandbox,
+            network=kernel.network,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -635,6 +649,7 @@ __all__ = [
     "Price",
     "ProviderConfig",
     "ProviderKind",
+    "SandboxKind",
     "SessionsConfig",
     "color_enabled",
     "debug_enabled",

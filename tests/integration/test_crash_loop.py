@@ -381,7 +381,9 @@ def check_log(session: str, records: list[EventRecord]) -> None:
 def server_and_model(tmp_path: Path) -> Iterator[tuple[FakeModelServer, LoopModel, int]]:
     seed = int(os.environ.get("RECURSA_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"crash loop seed: {seed} (replay with RECURSA_CRASH_SEED={seed})")
-    model = LoopModel(tmp_path / "ledger.txt", seed)
+    # In the sessions' workspace: a sandboxed kernel may write nowhere else.
+    (tmp_path / "work").mkdir()
+    model = LoopModel(tmp_path / "work" / "ledger.txt", seed)
     with FakeModelServer.in_thread(responder=model) as server:
         yield server, model, seed
 
@@ -394,7 +396,6 @@ def test_daemon_kill_loop_loses_nothing_acknowledged(
     server, model, seed = server_and_model
     env = daemon_env(home, server)
     cwd = tmp_path / "work"
-    cwd.mkdir()
     loop = CrashLoop(home, env, cwd, seed)
     began = time.monotonic()
     try:

@@ -78,8 +78,13 @@ def test_the_daemon_killed_mid_cell_recovers_the_session(
         async with DaemonClient(home) as client:
             # cell_started is stored, so a follower that subscribes late still
             # sees it (cell_output is transient and may have passed already).
+            # The kernel may still be starting then (a sandboxed daemon keeps
+            # no spare before its first session): wait for it to be ready too.
+            seen: set[str] = set()
             async for record in client.events(session, follow=True):
-                if record.event.type == "cell_started":
+                if record.event.type in ("cell_started", "kernel_status"):
+                    seen.add(record.event.type)
+                if seen == {"cell_started", "kernel_status"}:
                     return
 
     asyncio.run(asyncio.wait_for(wait_for_the_cell(), 60))

@@ -193,9 +193,11 @@ def cwd(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def files(tmp_path: Path) -> tuple[Path, Path]:
-    """The ledger of cell side effects, and the file that releases gated cells."""
-    return tmp_path / "ledger.txt", tmp_path / "release"
+def files(cwd: Path) -> tuple[Path, Path]:
+    """The ledger of cell side effects, and the file that releases gated cells:
+    in the sessions' workspace, the one place a sandboxed cell writes and sees
+    the test's files (its /tmp is its own)."""
+    return cwd / "ledger.txt", cwd / "release"
 
 
 # -- the child registry ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa.errors import KernelError
+from recursa.kernel import exchange
 from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess
 from recursa.kernel.types import RestoreReport, SnapshotReport
 from recursa.kernel.wire import JSONDict
@@ -201,18 +202,27 @@ class HarnessCommands:
         ``max_bytes``, is listed in ``skipped``, never fatal. The file is
         replaced atomically, the one before kept as ``<path>.prev``.
 
+        A sandboxed kernel, which cannot see ``path``, writes the file in its
+        own directory, and it is moved to ``path`` from here
+        (:mod:`recursa.kernel.exchange`).
+
         Raises :class:`KernelError` if the file cannot be written, or the
         kernel is not running: a dead kernel is not restarted for this (an
         empty snapshot would replace the last good one).
         """
-        request = snapshot_request(path, max_bytes)
+        snapshot_request(path, max_bytes)  # checks the arguments before the lock
         self._check_open()
         async with self._lock:
             self._check_open()
             if not (self._started and self._proc.is_alive()):
                 raise KernelError("the kernel is not running: there is no namespace to snapshot")
-            reply = await self._call(request)
-        return snapshot_report(reply, path)
+            via = self._proc.exchange_dir
+            written = path if via is None else exchange.outbox(via)
+            reply = await self._call(snapshot_request(written, max_bytes))
+            report = snapshot_report(reply, path)
+            if via is not None:
+                exchange.install(written, path)
+        return report
 
     async def restore(self, path: Path) -> RestoreReport:
         """Replace the namespace's user variables with the snapshot at ``path``
@@ -220,14 +230,21 @@ class HarnessCommands:
         restore hooks in order. What cannot be unpickled is listed in
         ``failed``, each hook that raises in ``hook_errors``. A dead kernel
         is restarted first. Raises :class:`KernelError` if neither file is usable.
+        A sandboxed kernel reads copies put in its own directory for it.
         """
-        request = restore_request(path)
         self._check_open()
         async with self._lock:
             self._check_open()
             # A restart here needs no note: the namespace is replaced anyway.
             await self._ensure_alive()
-            reply = await self._call(request)
+            via = self._proc.exchange_dir
+            if via is None:
+                reply = await self._call(restore_request(path))
+            else:
+                try:
+                    reply = await self._call(restore_request(exchange.stage(path, via)))
+                finally:
+                    exchange.unstage(via)
         return restore_report(reply, path)
 
     async def _call(self, request: str) -> JSONDict:

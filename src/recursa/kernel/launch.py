@@ -69,14 +69,15 @@ def extension_flags() -> tuple[str, ...]:
     )
 
 
-def kernel_argv(python: str) -> list[str]:
-    """The kernel's command line; ``{connection_file}`` is filled in by jupyter_client."""
+def kernel_argv(python: str, connection: str = "{connection_file}") -> list[str]:
+    """The kernel's command line; ``{connection_file}`` is filled in by
+    jupyter_client (a sandboxed kernel reads the file at another path)."""
     return [
         python,
         "-m",
         "ipykernel_launcher",
         "-f",
-        "{connection_file}",
+        connection,
         *KERNEL_FLAGS,
         *extension_flags(),
     ]
@@ -103,12 +104,19 @@ class _FixedSpecManager(KernelSpecManager):
         return self._spec
 
 
-def ipc_prefix(runtime_dir: Path, name: str) -> Path:
-    """Where a kernel's unix sockets go: beside its connection file when the
-    path fits in a socket address, else in a private directory under the
-    system's temporary directory. The connection file records the choice."""
-    beside = runtime_dir / f"{name}-ipc"
-    if len(os.fsencode(beside)) <= MAX_IPC_PATH_BYTES:
+IPC_NAME = "ipc"
+"""The name of a kernel's unix sockets in its directory (``ipc-1``, ``ipc-2``, ...)."""
+
+
+def kernel_dir(runtime_dir: Path, name: str) -> Path:
+    """A kernel's own directory, which holds its unix sockets and nothing of
+    any other kernel (a sandbox binds it into the kernel, and only it): beside
+    its connection file when the socket paths fit in a socket address, else
+    in a private directory under the system's temporary directory. The
+    connection file records the choice (its ``ip`` is ``<dir>/ipc``). The
+    directory is not created here."""
+    beside = runtime_dir / name
+    if len(os.fsencode(beside / IPC_NAME)) <= MAX_IPC_PATH_BYTES:
         return beside
     short = Path(tempfile.gettempdir()) / f"recursa-{os.getuid()}"
     short.mkdir(mode=0o700, exist_ok=True)
@@ -118,15 +126,33 @@ def ipc_prefix(runtime_dir: Path, name: str) -> Path:
             f"{short} is not a private directory of this user; remove it, or use a "
             "shorter kernel runtime directory"
         )
-    return short / f"{name}-ipc"
+    return short / name
 
 
-def make_manager(*, python: str, connection_file: Path, ipc_prefix: Path) -> AsyncKernelManager:
-    """A manager for one kernel on the ipc transport."""
+def kernel_dir_of(ipc_prefix: Path, name: str) -> Path | None:
+    """The kernel directory that ``ipc_prefix`` (a connection file's ``ip``)
+    lies in, for a kernel named ``name``; None for a prefix of another layout
+    (``<runtime dir>/<name>-ipc``, from before kernels had directories)."""
+    if ipc_prefix.name == IPC_NAME and ipc_prefix.parent.name == name:
+        return ipc_prefix.parent
+    return None
+
+
+def make_manager(
+    *,
+    python: str,
+    connection_file: Path,
+    ipc_prefix: Path,
+    argv_prefix: list[str] | None = None,
+    connection: str = "{connection_file}",
+) -> AsyncKernelManager:
+    """A manager for one kernel on the ipc transport; ``argv_prefix`` (the
+    limits and the sandbox) goes in front of the kernel's command line, which
+    reads the connection file at ``connection``."""
     if len(os.fsencode(ipc_prefix)) > MAX_IPC_PATH_BYTES:
         raise KernelError(f"the kernel socket path {ipc_prefix} is too long for a unix socket")
     spec = KernelSpec(
-        argv=kernel_argv(python),
+        argv=[*(argv_prefix or ()), *kernel_argv(python, connection)],
         display_name="recursa",
         language="python",
         interrupt_mode="signal",
@@ -145,11 +171,13 @@ def make_manager(*, python: str, connection_file: Path, ipc_prefix: Path) -> Asy
 __all__ = [
     "BOOTSTRAP",
     "EXTENSION",
+    "IPC_NAME",
     "KERNEL_FLAGS",
     "MAX_IPC_PATH_BYTES",
     "OUTPUT_CHUNK_CHARS",
     "extension_flags",
-    "ipc_prefix",
     "kernel_argv",
+    "kernel_dir",
+    "kernel_dir_of",
     "make_manager",
 ]

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
@@ -30,8 +31,17 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
-from recursa.kernel.launch import BOOTSTRAP, ipc_prefix, make_manager
+from recursa.kernel.launch import BOOTSTRAP, IPC_NAME, kernel_dir, kernel_dir_of, make_manager
+from recursa.kernel.limits import release_limits
 from recursa.kernel.orphans import connection_name
+from recursa.kernel.sandbox import (
+    NO_SANDBOX,
+    KernelView,
+    SandboxPolicy,
+    connection_argument,
+    launch_prefix,
+    sandbox_env,
+)
 from recursa.kernel.watch import DEATH_POLL_INTERVAL, ProcessWatch
 from recursa.kernel.wire import Channels, JSONDict, execute_content, utf8
 
@@ -66,7 +76,10 @@ class KernelProcess:
     restart) no file behind.
 
     ``connection_file`` names the file of a kernel to adopt; by default a
-    new name in ``runtime_dir`` is made up.
+    new name in ``runtime_dir`` is made up. Each process runs under
+    ``sandbox`` (:mod:`recursa.kernel.sandbox`), bound to the workspace of
+    its first launch and to ``api_socket`` (the kernel API's socket);
+    its sockets are in its own directory (:attr:`kernel_dir`).
     """
 
     def __init__(
@@ -77,10 +90,17 @@ class KernelProcess:
         runtime_dir: Path,
         startup_timeout: float,
         connection_file: Path | None = None,
+        sandbox: SandboxPolicy = NO_SANDBOX,
+        api_socket: Path | None = None,
+        workspace: Path | None = None,
     ) -> None:
         self._env = {k: v for k, v in env.items() if k not in _PARENT_VARIABLES}
         self._python = python
         self._startup_timeout = startup_timeout
+        self.sandbox = sandbox
+        self.api_socket = api_socket
+        self.workspace = workspace
+        """The directory a sandboxed kernel may write (its first launch's), once known."""
         if connection_file is None:
             # Absolute, so that the command line names it whatever the cwd:
             # adopting checks the process's command line against it.
@@ -92,6 +112,10 @@ class KernelProcess:
             self._runtime_dir = self.connection_file.parent
             self._name = self.connection_file.stem
         self._log_file = self._runtime_dir / f"{self._name}.log"
+        self.kernel_dir: Path | None = None
+        """The kernel's own directory (its sockets), once launched or adopted."""
+        self._rebuild = False
+        """The manager (an adopted kernel's) is not the one to launch the next process."""
         self._manager: AsyncKernelManager | None = None
         self.channels: Channels | None = None
         self._watch: ProcessWatch | None = None
@@ -108,6 +132,12 @@ class KernelProcess:
 
     def is_alive(self) -> bool:
         return self._watch is not None and self._watch.is_alive()
+
+    @property
+    def exchange_dir(self) -> Path | None:
+        """Where a sandboxed kernel and the harness pass files (its own
+        directory); None when the kernel is not sandboxed (it writes in place)."""
+        return self.kernel_dir if self.sandbox.enabled else None
 
     def add_env(self, env: Mapping[str, str]) -> None:
         """Add ``env`` to the environment of every process launched from now on."""
@@ -126,17 +156,14 @@ class KernelProcess:
         deadline = began + self._startup_timeout
         try:
             self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if self._manager is None:
-                self._manager = make_manager(
-                    python=self._python,
-                    connection_file=self.connection_file,
-                    ipc_prefix=ipc_prefix(self._runtime_dir, self._name),
-                )
+            if self._manager is None or self._rebuild:
+                self._manager = self._new_manager(cwd)
+                self._rebuild = False
             # The process's own stdout/stderr (its output before ipykernel
             # captures them, and crash messages) go to a log quoted on failure.
             with self._log_file.open("wb") as log_out:
                 await self._manager.start_kernel(
-                    env=dict(self._env),
+                    env=sandbox_env(self.sandbox, self._env),
                     cwd=str(cwd),
                     stdout=log_out,
                     stderr=subprocess.STDOUT,
@@ -158,6 +185,28 @@ class KernelProcess:
             detail = f"{exc}{self._log_tail()}"
             raise KernelError(f"could not start a kernel with {self._python}: {detail}") from exc
         self.startup_time = loop.time() - began
+
+    def _new_manager(self, cwd: Path) -> AsyncKernelManager:
+        """A manager that launches this kernel's processes behind the limits
+        and the sandbox, with its sockets in its own directory (made here)."""
+        if self.workspace is None:
+            self.workspace = Path(os.path.abspath(cwd))
+        if self.kernel_dir is None:
+            self.kernel_dir = kernel_dir(self._runtime_dir, self._name)
+        self.kernel_dir.mkdir(mode=0o700, exist_ok=True)
+        view = KernelView(
+            workspace=self.workspace,
+            kernel_dir=self.kernel_dir,
+            connection_file=self.connection_file,
+            api_socket=self.api_socket,
+        )
+        return make_manager(
+            python=self._python,
+            connection_file=self.connection_file,
+            ipc_prefix=self.kernel_dir / IPC_NAME,
+            argv_prefix=launch_prefix(self.sandbox, view, self._name),
+            connection=connection_argument(self.sandbox, self.connection_file),
+        )
 
     async def _wait_ready(self, deadline: float) -> None:
         """Ready means: a ``kernel_info_reply`` came back on shell, and iopub
@@ -205,10 +254,13 @@ class KernelProcess:
         self._watch = watch = ProcessWatch.adopt(pid, self.connection_file)
         loop = asyncio.get_running_loop()
         try:
+            prefix = Path(info["ip"])
+            # The adopted process is only talked to; its next process (a
+            # restart) gets a manager of its own, with the sandbox.
+            self.kernel_dir = kernel_dir_of(prefix, self._name)
+            self._rebuild = True
             self._manager = make_manager(
-                python=self._python,
-                connection_file=self.connection_file,
-                ipc_prefix=Path(info["ip"]),
+                python=self._python, connection_file=self.connection_file, ipc_prefix=prefix
             )
             self._manager.load_connection_info(cast("KernelConnectionInfo", info))
             watch.watch(loop, self._on_exit)
@@ -351,9 +403,14 @@ class KernelProcess:
             if not keep_connection_file:
                 self._manager = None
         if not keep_connection_file:
+            # The process (and with a sandbox every process it started) is
+            # gone. A restart keeps its cgroup: the next process enters it.
+            release_limits(self._name)
             for path in (self.connection_file, self._log_file):
                 with contextlib.suppress(OSError):
                     path.unlink()
+            if self.kernel_dir is not None:
+                shutil.rmtree(self.kernel_dir, ignore_errors=True)
 
     # -- exit ---------------------------------------------------------------------------
 

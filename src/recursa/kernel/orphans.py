@@ -30,12 +30,15 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 from collections.abc import Collection
 from pathlib import Path
 from uuid import uuid4
 
 from recursa.errors import KernelError
+from recursa.kernel.launch import kernel_dir_of
+from recursa.kernel.limits import release_limits
 from recursa.kernel.pids import command_lines, is_alive
 from recursa.kernel.watch import ProcessWatch
 
@@ -61,17 +64,29 @@ def launcher_of(connection_file: Path) -> int | None:
 
 def running_kernels(runtime_dir: Path) -> dict[int, Path]:
     """Live kernel processes launched with a connection file in ``runtime_dir``,
-    by pid (a zombie counts as gone)."""
+    by pid (a zombie counts as gone). A sandboxed kernel is three processes
+    with its file on their command lines (``bwrap``, the sandbox's init and
+    the kernel): the one launched, which leads their process group, stands
+    for them."""
     runtime_dir = _absolute(runtime_dir)
     pattern = re.compile(re.escape(str(runtime_dir)) + r"/kernel-[^/\s]+\.json")
-    found: dict[int, Path] = {}
+    by_file: dict[Path, list[int]] = {}
     for pid, args in command_lines():
         for arg in args:
             match = pattern.search(arg)
             if match is not None:
-                found[pid] = Path(match.group())
+                by_file.setdefault(Path(match.group()), []).append(pid)
                 break
-    return found
+    return {_launched(pids): path for path, pids in by_file.items()}
+
+
+def _launched(pids: list[int]) -> int:
+    """Of the processes of one kernel, the group leader (else the oldest pid)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                return pid
+    return min(pids)
 
 
 async def stop_orphans(runtime_dir: Path, *, keep: Collection[Path]) -> list[int]:
@@ -144,8 +159,10 @@ async def _kill(pid: int, connection_file: Path) -> None:
 
 
 def _remove_files(connection_file: Path) -> None:
-    """The connection file, the kernel's log and its unix sockets."""
+    """The connection file, the kernel's log, its unix sockets, its directory
+    and its limits' cgroup."""
     sockets: list[Path] = []
+    directory: Path | None = None
     try:
         info = json.loads(connection_file.read_text(encoding="utf-8"))
         if isinstance(info, dict) and info.get("transport") == "ipc":
@@ -155,11 +172,15 @@ def _remove_files(connection_file: Path) -> None:
                 for key, port in info.items()
                 if key.endswith("_port") and isinstance(port, int)
             ]
+            directory = kernel_dir_of(Path(prefix), connection_file.stem)
     except (OSError, ValueError, KeyError):
         pass
     for path in (*sockets, connection_file.with_suffix(".log"), connection_file):
         with contextlib.suppress(OSError):
             path.unlink()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+    release_limits(connection_file.stem)
 
 
 __all__ = [

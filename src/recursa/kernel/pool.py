@@ -9,6 +9,15 @@ and shuts down the other, so nothing outlives it. A kernel handed out by :meth:`
 process if that dies first, and a later pool can :meth:`attach` to it. Spares
 (and a kernel on its way out) outlive a process killed outright as well; a
 later pool on the same directory stops them (:meth:`stop_orphans`).
+
+Under a sandbox a kernel's workspace (the one directory it may write) and
+the kernel-API socket's directory are fixed when it is launched. A spare is
+then launched for the workspace of the last kernel handed out (none before
+the first), and handed out only to a caller that wants that very workspace
+while the API is where it was bound; anyone else gets a kernel launched for
+them. A spare holds no token (the session exports one once it has the
+kernel), and nothing else can reach it: its sockets are in its own directory,
+which no sandboxed kernel sees.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from typing import Self
 
 from recursa.errors import KernelError
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
+from recursa.kernel.commands import absolute
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -41,6 +52,8 @@ class KernelPool:
     tasks under ``tasks`` (which :meth:`aclose` closes; default: a supervisor
     of the pool's own); a spare that fails to start is logged and not retried until the
     next :meth:`acquire`, so a broken interpreter cannot make the pool spin.
+    Every kernel runs in ``sandbox``, reaching the kernel API at ``api_socket``
+    (:meth:`set_api_socket` changes it for the kernels launched after).
     """
 
     def __init__(
@@ -54,6 +67,8 @@ class KernelPool:
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         tasks: Supervisor | None = None,
+        sandbox: SandboxPolicy = NO_SANDBOX,
+        api_socket: Path | None = None,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
@@ -72,6 +87,35 @@ class KernelPool:
         """Callers of :meth:`acquire` waiting for a start in flight: each
         counts on one of them."""
         self._closed = False
+        self._sandbox = sandbox
+        self._api_socket = api_socket
+        self._spare_workspace: Path | None = None if sandbox.enabled else self._runtime_dir
+        """Where spares are launched: the runtime directory when unconfined
+        (each moves to its caller's directory), else the last workspace asked for."""
+
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        return self._sandbox
+
+    def set_api_socket(self, api_socket: Path | None) -> None:
+        """Kernels launched from now on reach the kernel API at ``api_socket``;
+        spares bound to another are replaced."""
+        if api_socket == self._api_socket:
+            return
+        self._api_socket = api_socket
+        if self._sandbox.enabled and not self._closed:
+            self._discard_unfit()
+            self._top_up()
+
+    def expect(self, workspace: Path) -> None:
+        """Keep spares for ``workspace`` from now on (under a sandbox; without
+        one every spare fits every caller): what :meth:`acquire` learns from
+        its callers, told ahead of the first."""
+        self._check_open()
+        if self._sandbox.enabled and self._spare_workspace != absolute(workspace):
+            self._spare_workspace = absolute(workspace)
+            self._discard_unfit()
+            self._top_up()
 
     @property
     def ready(self) -> int:
@@ -98,13 +142,17 @@ class KernelPool:
         starting (whichever is ready first), unless every start in flight is
         already awaited by another caller; otherwise starts a kernel
         directly. A spare taken is replaced in the background. Raises
-        :class:`KernelError` if no kernel can be started.
+        :class:`KernelError` if no kernel can be started. Under a sandbox only
+        a spare bound to ``cwd`` is taken (see the module docstring).
         """
         self._check_open()
         cwd = Path(cwd)
         if not cwd.is_dir():
             # Checked here so that a bad path does not cost a warm spare.
             raise KernelError(f"cannot start a kernel in {cwd}: not a directory")
+        if self._sandbox.enabled and self._spare_workspace != absolute(cwd):
+            self._spare_workspace = absolute(cwd)
+            self._discard_unfit()
         kernel = await self._take_spare()
         self._top_up()
         if kernel is None:
@@ -135,6 +183,8 @@ class KernelPool:
             python=self._python,
             interrupt_grace=self._interrupt_grace,
             max_output_chars=self._max_output_chars,
+            sandbox=self._sandbox,
+            api_socket=self._api_socket,
         )
 
     async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
@@ -153,9 +203,10 @@ class KernelPool:
             self._check_open()
             while self._spares:
                 spare = self._spares.pop(0)
-                if spare.is_alive():
+                if spare.is_alive() and self._fits(spare):
                     return spare
-                # It died while waiting (killed from outside, out of memory).
+                # It died while waiting (killed from outside, out of memory),
+                # or was bound elsewhere while it started.
                 await spare.shutdown()
             if len(self._filling) <= self._waiting:
                 return None
@@ -196,9 +247,27 @@ class KernelPool:
             python=self._python,
             interrupt_grace=self._interrupt_grace,
             max_output_chars=self._max_output_chars,
+            sandbox=self._sandbox,
+            api_socket=self._api_socket,
         )
 
+    def _fits(self, kernel: Kernel) -> bool:
+        """Whether a spare may go to the caller that wants the current binding."""
+        if not self._sandbox.enabled:
+            return True
+        bound = (kernel.workspace, kernel.api_socket)
+        return bound == (self._spare_workspace, self._api_socket)
+
+    def _discard_unfit(self) -> None:
+        """Shut down, in the background, the spares bound to what is no longer wanted."""
+        unfit = [k for k in self._spares if not self._fits(k)]
+        self._spares = [k for k in self._spares if self._fits(k)]
+        for kernel in unfit:
+            self._tasks.start(kernel.shutdown(), name="recursa-kernel-pool-discard")
+
     def _top_up(self) -> None:
+        if self._spare_workspace is None:
+            return  # sandboxed, and no workspace asked for yet
         missing = self._size - len(self._spares) - len(self._filling)
         for _ in range(max(missing, 0)):
             task = self._tasks.start(self._start_spare(), name="recursa-kernel-pool-fill")
@@ -207,7 +276,8 @@ class KernelPool:
 
     async def _start_spare(self) -> None:
         self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        kernel = self._new_kernel(self._runtime_dir)
+        assert self._spare_workspace is not None
+        kernel = self._new_kernel(self._spare_workspace)
         try:
             await kernel.start()
         except KernelError as exc:

@@ -49,6 +49,7 @@ from recursa.kernel.cell import Run, StopReason, run_cell
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCollector
 from recursa.kernel.commands import HarnessCommands, absolute
 from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.kernel.types import CellOutput
 
 DEFAULT_STARTUP_TIMEOUT = 60.0
@@ -83,6 +84,9 @@ class Kernel(HarnessCommands):
     restarts (``connection_file`` chooses it; it then sets the runtime
     directory). ``max_output_chars`` bounds what one cell's output may hold
     in memory; ``interrupt_grace`` is how long an interrupted cell has to stop.
+    ``sandbox`` confines every process (:mod:`recursa.kernel.sandbox`): it
+    may write only in ``cwd`` as first given (its workspace, for good) and
+    reaches the kernel API only at ``api_socket``.
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
@@ -102,6 +106,8 @@ class Kernel(HarnessCommands):
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         connection_file: Path | None = None,
+        sandbox: SandboxPolicy = NO_SANDBOX,
+        api_socket: Path | None = None,
     ) -> None:
         self._cwd = absolute(cwd)
         self.interrupt_grace = interrupt_grace
@@ -113,6 +119,9 @@ class Kernel(HarnessCommands):
             runtime_dir=runtime,
             startup_timeout=startup_timeout,
             connection_file=connection_file,
+            sandbox=sandbox,
+            api_socket=api_socket,
+            workspace=self._cwd,
         )
         self._lock = asyncio.Lock()
         self._running = False
@@ -138,6 +147,20 @@ class Kernel(HarnessCommands):
     @property
     def connection_file(self) -> Path:
         return self._proc.connection_file
+
+    @property
+    def workspace(self) -> Path | None:
+        """The directory the kernel may write when sandboxed (its first ``cwd``)."""
+        return self._proc.workspace
+
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        return self._proc.sandbox
+
+    @property
+    def api_socket(self) -> Path | None:
+        """The kernel-API socket its sandbox was bound to."""
+        return self._proc.api_socket
 
     @property
     def startup_time(self) -> float | None:
@@ -176,6 +199,8 @@ class Kernel(HarnessCommands):
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         answer_within: float = ATTACH_TIMEOUT,
+        sandbox: SandboxPolicy = NO_SANDBOX,
+        api_socket: Path | None = None,
     ) -> Kernel:
         """Take over the live kernel ``pid`` that an earlier process started
         with ``connection_file``; its namespace is untouched.
@@ -191,7 +216,8 @@ class Kernel(HarnessCommands):
 
         The kernel is then like one from :meth:`start`: ``cwd`` and ``env``
         (the session's allow-listed environment) are what its restarts get,
-        and its death is noticed at once.
+        and its death is noticed at once; its restarts run in ``sandbox``,
+        with ``cwd`` as their workspace.
         """
         kernel = cls(
             cwd,
@@ -201,6 +227,8 @@ class Kernel(HarnessCommands):
             interrupt_grace=interrupt_grace,
             max_output_chars=max_output_chars,
             connection_file=Path(connection_file),
+            sandbox=sandbox,
+            api_socket=api_socket,
         )
         async with kernel._lock:
             await kernel._take_over(pid, answer_within)

@@ -33,6 +33,8 @@ from recursa.config import Config, Limits
 from recursa.control.budget import Budgets
 from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
+from recursa.kernel.limits import KernelLimits
+from recursa.kernel.sandbox import SandboxPolicy
 from recursa.models.registry import Providers
 from recursa.protocol.events import SessionCreated
 from recursa.runtime.accounts import Accounts, as_int
@@ -84,8 +86,7 @@ class Runtime:
         """Prices, subtree budgets and the model-call gateways (:mod:`recursa.runtime.accounts`)."""
         self.boundaries = Boundaries(self)
         """Every session's host: its turns' start and end (:mod:`recursa.runtime.boundaries`)."""
-        self.api_socket: Path | None = None
-        """Where kernels reach the kernel API (set by whoever serves it)."""
+        self._api_socket: Path | None = None
         self.kernel_cap = KernelCap(
             kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
         )
@@ -103,6 +104,17 @@ class Runtime:
         """Turn-end controls (autonomous gates, goals), run in order after every
         turn; each may continue the session by queueing a message to it."""
         """The Continual Harness, with models, sessions and kernels (:mod:`recursa.runtime.learning`)."""
+
+    @property
+    def api_socket(self) -> Path | None:
+        """Where kernels reach the kernel API (set by whoever serves it). A
+        sandboxed kernel sees it when it is launched after it is set."""
+        return self._api_socket
+
+    @api_socket.setter
+    def api_socket(self, socket: Path | None) -> None:
+        self._api_socket = socket
+        self.kernels.set_api_socket(socket)
 
     @classmethod
     async def open(
@@ -124,6 +136,12 @@ class Runtime:
             interrupt_grace=config.kernel.interrupt_grace,
             max_output_chars=config.kernel.max_output_chars,
             tasks=tasks.group("kernel pool"),
+            sandbox=SandboxPolicy(
+                kind=config.kernel.sandbox,
+                network=config.kernel.network,
+                hidden=(config.home,),
+                limits=KernelLimits.from_config(config.kernel),
+            ),
         )
         if warm_kernels:
             await kernels.start()
