@@ -94,6 +94,10 @@ def test_no_approval_a_kernel_sends_records_human(
     token on both sockets, and with the client token on the kernel socket.
     (The client token on the people's socket is the person's own door; keeping
     ``daemon.token`` and ``daemon.sock`` out of a kernel's reach is the sandbox's part.)"""
+    # Unsandboxed on purpose: the cell must reach ``daemon.token`` to show that
+    # the kernel socket refuses it (tests/security checks the sandbox hides it).
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "config.toml").write_text('[kernel]\nsandbox = "none"\n')
     stage = (
         "r = await harness.create('skill', 'double', 'doubles a number', scope='global',"
         " code='def double(x):\\n    return 2 * x\\n', reason='a cell said so')\n"
