@@ -88,3 +88,38 @@ def test_a_sandboxed_environment_gets_writable_state_dirs_unless_it_sets_them() 
     assert env["IPYTHONDIR"] == "/mine"
     assert env["MPLCONFIGDIR"].startswith("/tmp/")
     assert sandbox_env(SandboxPolicy(kind="none"), {}) == {}
+
+
+def test_the_interpreter_is_shown_read_only_where_a_cover_would_hide_it(tmp_path: Path) -> None:
+    """A checkout and its venv under /tmp (as in CI) stay importable; a path
+    that holds the home, or /tmp itself, is never bound; one in the workspace
+    is left to the workspace's own (writable) bind."""
+    home = tmp_path / "home"
+    checkout = tmp_path / "checkout"
+    workspace = tmp_path / "w"
+    for path in (checkout / ".venv" / "lib", checkout / "src", workspace / "lib", home):
+        path.mkdir(parents=True)
+    interpreter = (
+        checkout / ".venv",
+        checkout / ".venv" / "lib",  # inside the one above: not bound again
+        checkout / "src",
+        Path("/usr/lib"),  # not covered: seen through the read-only root
+        Path("/tmp"),  # would uncover the private /tmp
+        tmp_path,  # would uncover the home
+        workspace / "lib",  # in the workspace
+    )
+    base = view(tmp_path, workspace)
+    shown = KernelView(
+        workspace=base.workspace,
+        kernel_dir=base.kernel_dir,
+        connection_file=base.connection_file,
+        interpreter=interpreter,
+    )
+    order = mounts(bwrap_args(SandboxPolicy(kind="bwrap", hidden=(home,)), shown))
+    binds = [dest for option, dest in order if option == "--ro-bind" and dest.startswith("/")]
+    assert str(checkout / ".venv") in binds
+    assert str(checkout / "src") in binds
+    for absent in (checkout / ".venv" / "lib", "/usr/lib", "/tmp", tmp_path, workspace / "lib"):
+        assert str(absent) not in binds
+    position = {m: i for i, m in enumerate(order)}
+    assert position[("--tmpfs", "/tmp")] < position[("--ro-bind", str(checkout / ".venv"))]

@@ -39,6 +39,7 @@ from recursa.kernel.sandbox import (
     KernelView,
     SandboxPolicy,
     connection_argument,
+    interpreter_paths,
     launch_prefix,
     sandbox_env,
 )
@@ -199,6 +200,7 @@ class KernelProcess:
             kernel_dir=self.kernel_dir,
             connection_file=self.connection_file,
             api_socket=self.api_socket,
+            interpreter=interpreter_paths(self._python) if self.sandbox.enabled else (),
         )
         return make_manager(
             python=self._python,

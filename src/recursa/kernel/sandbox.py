@@ -38,6 +38,7 @@ the cause, the package and the opt-out. There is no silent downgrade.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -117,6 +118,10 @@ class KernelView:
     kernel_dir: Path
     connection_file: Path
     api_socket: Path | None = None
+    interpreter: tuple[Path, ...] = ()
+    """What the kernel's Python reads (:func:`interpreter_paths`): bound
+    read-only where the private ``/tmp`` or a hidden directory would cover it
+    (a checkout and its venv under /tmp, a venv kept in the home)."""
 
 
 def launch_prefix(policy: SandboxPolicy, view: KernelView, name: str) -> list[str]:
@@ -176,6 +181,9 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     inside = connection_inside(view.connection_file)
     connection = str(view.connection_file)
     mounts.append((inside, 1, ["--ro-bind", connection, str(inside)]))
+    covered = (Path("/tmp"), *hidden)
+    for path in _shown_again(view.interpreter, covered, workspace):
+        mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
     if view.api_socket is not None:
         # Its directory, so that a socket the daemon makes again after a
         # crash is seen; the socket alone where the directory is a hidden one.
@@ -192,6 +200,59 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
         args.append("--unshare-net")
     args += ["--chdir", str(view.workspace), "--"]
     return args
+
+
+def _shown_again(paths: tuple[Path, ...], covered: tuple[Path, ...], workspace: Path) -> list[Path]:
+    """Of ``paths``, those that a covering mount would hide, outermost only.
+    A path that holds a covered directory (``/tmp`` itself, or a parent of the
+    home) is never shown: it would show what the cover hides. One in the
+    workspace is seen there already, writable."""
+    wanted: list[Path] = []
+    for path in sorted({_real(p) for p in paths}, key=lambda p: len(p.parts)):
+        if not any(c == path or c in path.parents for c in covered):
+            continue  # not covered: already seen through the read-only root
+        if path == workspace or workspace in path.parents:
+            continue
+        if any(c == path or path in c.parents for c in covered):
+            continue  # it would uncover a hidden directory
+        if any(w in path.parents for w in wanted):
+            continue
+        wanted.append(path)
+    return wanted
+
+
+_INTERPRETER_PROBE = (
+    "import importlib.util, json, os, sys\n"
+    "spec = importlib.util.find_spec('recursa')\n"
+    "paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable)]\n"
+    "paths += [p for p in sys.path if os.path.isabs(p)]\n"
+    "if spec is not None and spec.origin:\n"
+    "    paths.append(os.path.dirname(os.path.dirname(spec.origin)))\n"
+    "print(json.dumps(paths))\n"
+)
+
+
+@functools.cache
+def interpreter_paths(python: str) -> tuple[Path, ...]:
+    """The directories ``python`` reads when it runs a kernel: its prefixes,
+    its ``sys.path`` and where recursa comes from (an editable checkout).
+    Asked of the interpreter once per process (tens of milliseconds); an
+    interpreter that cannot say gives nothing, and then fails to start the
+    kernel with its own message."""
+    try:
+        done = subprocess.run(
+            [python, "-c", _INTERPRETER_PROBE],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return ()
+    if not isinstance(found, list):
+        return ()
+    return tuple(Path(p) for p in found if isinstance(p, str) and os.path.isabs(p))
 
 
 def check_sandbox(bwrap: str, *, network: bool) -> tuple[str, str, str]:
@@ -262,6 +323,7 @@ __all__ = [
     "check_sandbox",
     "connection_argument",
     "connection_inside",
+    "interpreter_paths",
     "launch_prefix",
     "sandbox_env",
 ]
