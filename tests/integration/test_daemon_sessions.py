@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import IO
 
 from daemon_kit import (
     agents,
@@ -215,3 +221,77 @@ def test_run_waits_for_the_whole_tree_and_usage_shows_it(home: Path, tmp_path: P
             )
         finally:
             kill_everything(home)
+
+
+def _read_until(stream: IO[bytes], wanted: bytes, timeout: float) -> bytes:
+    """What ``stream`` says until it contains ``wanted``; whatever came once
+    ``timeout`` seconds pass without it."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    fd = stream.fileno()
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        piece = os.read(fd, 4096)
+        if not piece:
+            break
+        seen += piece
+    return seen
+
+
+def test_attach_during_a_streamed_reply_shows_it_from_its_start_once(
+    server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    """The second reply streams four pieces, then stalls. A watcher subscribed
+    before it began waits for all four; only then does ``attach`` start, and it
+    shows the reply in progress from its first piece, once."""
+    pieces = [f"p{i:03d}-" for i in range(8)]
+    shown = "".join(pieces[:4])
+    server.push(Reply(text="one"), Reply(text="".join(pieces), chunk=5, stall_after=1 + 4))
+    started = recursa(["run", "--detach", "--model", "openai/m", "first"], env, tmp_path)
+    session = started.stdout.strip().splitlines()[-1]
+    wait_idle(env, tmp_path, session)
+
+    async def send_and_wait_for_the_pieces() -> None:
+        async with DaemonClient(home) as client:
+            last = await _last_seq(client, session)
+            streamed = ""
+            # From just before the last stored record: it comes at once, and
+            # then the stream is subscribed.
+            events = client.events(session, after=last - 1, follow=True)
+            assert (await anext(events)).seq == last
+            sent = recursa(["send", session, "second"], env, tmp_path)
+            assert sent.returncode == 0, sent.stderr
+            async for record in events:
+                if record.event.type == "text_delta":
+                    streamed += record.event.text
+                if streamed == shown:
+                    break
+            await events.aclose()
+
+    asyncio.run(asyncio.wait_for(send_and_wait_for_the_pieces(), 60))
+    with subprocess.Popen(
+        [sys.executable, "-m", "recursa", "attach", session],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,  # left open: attach reads typed lines
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stderr is not None
+        try:
+            seen = _read_until(proc.stderr, shown.encode(), timeout=30)
+        finally:
+            proc.kill()
+    assert seen.count(shown.encode()) == 1, seen
+    assert seen.count(pieces[0].encode()) == 1, seen
+    stopped = recursa(["stop", session], env, tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+
+
+async def _last_seq(client: DaemonClient, session: str) -> int:
+    last = 0
+    async for record in client.events(session, after=0, follow=False):
+        last = record.seq
+    return last

@@ -67,14 +67,16 @@ async def follow_until_idle(
     json_lines: bool,
     need_turn: bool = True,
     stop_at_idle: bool = True,
+    in_progress: bool = False,
 ) -> Follow:
     """Print the session's events from ``state.cursor`` until it goes idle after a
     turn ended (or, without ``need_turn``, at the first idle status; without
-    ``stop_at_idle``, only when the user detaches). Ctrl-C: see the module
-    docstring. Returns ``state`` updated."""
+    ``stop_at_idle``, only when the user detaches). With ``in_progress``, a
+    reply or cell already streaming is shown from its start. Ctrl-C: see the
+    module docstring. Returns ``state`` updated."""
     interrupts = _Interrupts(client, session, state)
     with interrupts:
-        events = client.events(session, after=state.cursor, follow=True)
+        events = client.events(session, after=state.cursor, follow=True, in_progress=in_progress)
         try:
             async for record in _until_detached(events, interrupts.detach):
                 if record.seq:

@@ -144,6 +144,7 @@ async def _attach(
                     json_lines=json_lines,
                     need_turn=False,
                     stop_at_idle=until_idle,
+                    in_progress=True,
                 )
                 if until_idle:
                     break

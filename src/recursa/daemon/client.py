@@ -214,11 +214,14 @@ class DaemonClient:
                 return False
 
     async def events(
-        self, ref: str, *, after: int = 0, follow: bool = False
+        self, ref: str, *, after: int = 0, follow: bool = False, in_progress: bool = False
     ) -> AsyncIterator[EventRecord]:
         """The session's records with ``seq > after``; with ``follow``, then each
         new one as it happens, until the consumer stops (close the iterator:
-        ``contextlib.aclosing``). See the module docstring for reconnection."""
+        ``contextlib.aclosing``). With ``in_progress`` too, the first connection
+        also sends the streamed pieces of the reply or cell in progress (a
+        reconnection does not: they were seen). See the module docstring for
+        reconnection."""
         cursor = after
         path = EVENTS.url(EventsQuery(ref))[0]
         connected_once = False
@@ -226,6 +229,8 @@ class DaemonClient:
         delay = BACKOFF_FIRST
         while True:
             params = {"after": str(cursor), "follow": "1" if follow else "0"}
+            if in_progress and follow and not connected_once:
+                params["in_progress"] = "1"
             try:
                 async with self._transport.http().stream(
                     "GET", API_PREFIX + path, params=params, timeout=self._stream_timeout

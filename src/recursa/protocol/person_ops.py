@@ -62,8 +62,13 @@ class SendTo(SessionRef):
 
 @dataclass(frozen=True, slots=True)
 class EventsQuery(SessionRef):
+    """``in_progress`` (with ``follow``): after the stored records, the streamed
+    pieces (``seq == 0``) of the reply or cell in progress, so a late watcher sees
+    it from its start. A reconnecting client leaves it off: it saw them."""
+
     after: Count = 0
     follow: bool = False
+    in_progress: bool = False
 
 
 @dataclass(frozen=True, slots=True)

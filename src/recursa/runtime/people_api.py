@@ -240,17 +240,20 @@ class PeopleApi:
     async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
         """The session's records (NotFound at once for an unknown session)."""
         row = self.store.session(request.session)
-        return self._records(row.id, request.after, request.follow)
+        return self._records(row.id, request.after, request.follow, request.in_progress)
 
     async def _records(
-        self, session_id: str, after: int, follow: bool
+        self, session_id: str, after: int, follow: bool, in_progress: bool
     ) -> AsyncIterator[EventRecord]:
-        """Stored events after the cursor, then live ones. The listener is attached
-        before the store is read, and records already sent are skipped by seq, so
-        nothing falls between the two parts and nothing comes twice."""
+        """Stored events after the cursor, then (``in_progress``) the streamed
+        pieces of the reply or cell in progress, then live ones. The listener is
+        attached, and the pieces so far taken, in one step before the store is
+        read; records already sent are skipped by seq. So nothing falls between
+        the parts and nothing comes twice."""
         target = self.runtime.get(session_id)
         live: asyncio.Queue[EventRecord] = asyncio.Queue()
         stop = target.listen(live.put_nowait) if follow else None
+        pieces = target.in_progress() if follow and in_progress else ()
         try:
             last = after
             for record in self.store.events(session_id, after=after):
@@ -258,6 +261,8 @@ class PeopleApi:
                 last = record.seq
             if not follow:
                 return
+            for record in pieces:
+                yield record
             while True:
                 record = await live.get()
                 if record.seq:

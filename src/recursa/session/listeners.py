@@ -1,5 +1,6 @@
 """The listeners of one session's events: callbacks called in order, and
-async iterators fed by them."""
+async iterators fed by them; and the streamed pieces of the reply or cell in
+progress, so a watcher that arrives late can be shown them from the start."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from recursa.protocol.events import EventRecord
+
+STREAM_ENDS: frozenset[str] = frozenset(
+    {
+        "turn_started",
+        "assistant_reply",
+        "model_retry",
+        "cell_started",
+        "cell_finished",
+        "turn_ended",
+    }
+)
+"""Stored events after which no streamed piece before them is in progress."""
+
+MAX_KEPT_CHARS = 256 * 1024
+"""The most streamed text kept for late watchers; past it, later pieces are not
+kept (the start is what a transcript shows; the whole is in the stored event)."""
 
 
 class Listeners:
@@ -16,6 +33,8 @@ class Listeners:
 
     def __init__(self) -> None:
         self._callbacks: list[Callable[[EventRecord], None]] = []
+        self._streamed: list[EventRecord] = []
+        self._streamed_chars = 0
 
     def add(self, callback: Callable[[EventRecord], None]) -> Callable[[], None]:
         """Call ``callback`` with every record published from now on. Returns a
@@ -39,9 +58,24 @@ class Listeners:
         finally:
             stop()
 
+    def in_progress(self) -> tuple[EventRecord, ...]:
+        """The transient records (``seq == 0``) published since the last stored
+        event in :data:`STREAM_ENDS`: the streamed pieces of the reply or cell in
+        progress, in order (up to :data:`MAX_KEPT_CHARS` of text)."""
+        return tuple(self._streamed)
+
     def publish(self, record: EventRecord) -> None:
+        if record.seq:
+            if record.event.type in STREAM_ENDS:
+                self._streamed.clear()
+                self._streamed_chars = 0
+        else:
+            size = len(getattr(record.event, "text", ""))
+            if self._streamed_chars + size <= MAX_KEPT_CHARS:
+                self._streamed.append(record)
+                self._streamed_chars += size
         for callback in list(self._callbacks):
             callback(record)
 
 
-__all__ = ["Listeners"]
+__all__ = ["MAX_KEPT_CHARS", "STREAM_ENDS", "Listeners"]

@@ -229,6 +229,12 @@ class Session:
         async for record in self._listeners.watch():
             yield record
 
+    def in_progress(self) -> tuple[EventRecord, ...]:
+        """The streamed pieces (transient records) of the reply or cell in progress,
+        in order; with :meth:`listen` called in the same step, a late watcher
+        gets the whole of it, once."""
+        return self._listeners.in_progress()
+
     def history(self, after: int = 0) -> list[EventRecord]:
         return self.deps.store.events(self.id, after=after)
 
