@@ -344,3 +344,21 @@ def test_embedded_available_needs_the_runtime_and_the_packages() -> None:
     with_files = embedded_available("default", locate=lambda piece: Path(piece.path))
     assert with_files is (importlib.util.find_spec("llama_cpp") is not None)
     assert embedded_available("no-such-model") is False
+
+
+def test_the_readme_states_the_disk_use_of_each_embedded_model() -> None:
+    """A sliced model is on disk twice (the slices in the venv, the joined file
+    in the models directory); the README's figures are those of the catalog."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split())
+    for alias in ("default", "fast"):
+        entry = weights.lookup(alias)
+        assert entry is not None and not entry.in_place
+        once, twice = _gb(entry.size), _gb(2 * entry.size)
+        assert f"{once} for `local/{alias}`" in text
+        assert f"`local/{alias}` takes {twice}" in text
+
+
+def _gb(size: int) -> str:
+    """A size as the README writes it: two significant digits, in GB."""
+    return f"{float(f'{size / 1e9:.2g}'):g} GB"
