@@ -11,6 +11,7 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.common import ForceOpt
+from recursa.cli.exits import EXIT_FAILED
 from recursa.config import load_config
 from recursa.protocol.wire import DaemonStatus, to_json
 
@@ -57,7 +58,7 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
             f"{found.loaded} loaded, {found.running} running"
         )
     if found is None:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def status_json(found: DaemonStatus | None) -> dict[str, object]:
