@@ -57,6 +57,22 @@ def test_a_detached_run_prints_its_id_and_finishes(
     assert "forty-two" in logs.stdout
 
 
+def test_daemon_status_json_says_running_as_a_bool_and_counts_sessions_apart(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    server.push(Reply(text="hello"))
+    started = recursa(["run", "--detach", "--model", "openai/m", "hi"], env, tmp_path)
+    assert started.returncode == 0, started.stderr
+    wait_idle(env, tmp_path, started.stdout.strip().splitlines()[-1])
+    status = recursa(["daemon", "status", "--json"], env, tmp_path)
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    assert shown["running"] is True
+    assert shown["running_sessions"] == 0
+    assert shown["sessions"] == 1
+    assert isinstance(shown["pid"], int)
+
+
 def test_an_attached_run_prints_the_answer(
     server: FakeModelServer, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -188,12 +189,17 @@ async def test_an_interrupted_cell_is_recorded_with_what_it_printed(
         session.listen(lambda r: printed.set() if r.event.type == "cell_output" else None)
         session.send("run it")
         await asyncio.wait_for(printed.wait(), 30)
+        printed_at = time.monotonic()  # the cell ran at least from its output to the interrupt
+        interrupted_at = time.monotonic()
         await session.interrupt()
         cells = [r.event for r in session.history() if isinstance(r.event, CellFinished)]
         assert len(cells) == 1
         assert cells[0].status == "interrupted"
         assert "started" in cells[0].output
         assert "may have partly run" in cells[0].output
+        # It reports the time it ran, not 0.00 s.
+        assert cells[0].duration > 0
+        assert cells[0].duration >= interrupted_at - printed_at
 
 
 async def test_interrupt_leaves_follow_ups_queued_and_returns_at_once(

@@ -17,6 +17,7 @@ import traceback
 
 import typer
 
+from recursa.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, epilog
 from recursa.errors import RecursaError
 from recursa.redact import RedactingFilter, redact
 
@@ -26,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    epilog=epilog(),
 )
 
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"recursa: {_shown(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         from recursa.config import debug_enabled
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
             "(a bug; RECURSA_DEBUG=1 shows the traceback)",
             file=sys.stderr,
         )
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
 
 
 def _shown(message: str) -> str:

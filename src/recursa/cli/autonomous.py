@@ -3,24 +3,29 @@ on how the run ended, and its exit code (0 only when every gate passed)."""
 
 from __future__ import annotations
 
+from recursa.cli.exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_LIMIT,
+    EXIT_NO_PROGRESS,
+    EXIT_OK,
+)
 from recursa.config import parse_duration
-from recursa.errors import UsageError
+from recursa.errors import ProviderError, UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
 from recursa.protocol.wire import Autonomous
 
-EXIT_LIMIT = 8
-
 EXIT_BY_REASON = {  # a turn's end reason → the exit code of recursa run
-    "answered": 0,
-    "provider_error": 4,
+    "answered": EXIT_OK,
+    "provider_error": ProviderError.exit_code,
     "max_steps": EXIT_LIMIT,
     "max_tokens": EXIT_LIMIT,
     "max_time": EXIT_LIMIT,
     "budget": EXIT_LIMIT,
-    "empty_reply": 9,
-    "stuck": 9,
-    "interrupted": 130,
-    "internal_error": 1,
+    "empty_reply": EXIT_NO_PROGRESS,
+    "stuck": EXIT_NO_PROGRESS,
+    "interrupted": EXIT_INTERRUPTED,
+    "internal_error": EXIT_FAILED,
 }
 
 
@@ -70,11 +75,11 @@ def exit_code(end: AutonomousEnded | None, last: TurnEnded | None) -> int:
     its reason; a run that did not end (interrupted, detached) by its last turn,
     never 0."""
     if end is not None and end.outcome == "passed":
-        return 0
+        return EXIT_OK
     if end is not None and end.outcome != "error":
         return EXIT_LIMIT
-    code = EXIT_BY_REASON.get(last.reason, 1) if last is not None else 1
-    return code or 1
+    code = EXIT_BY_REASON.get(last.reason, EXIT_FAILED) if last is not None else EXIT_FAILED
+    return code or EXIT_FAILED
 
 
 def last_word(

@@ -11,8 +11,9 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.common import ForceOpt
+from recursa.cli.exits import EXIT_FAILED
 from recursa.config import load_config
-from recursa.protocol.wire import to_json
+from recursa.protocol.wire import DaemonStatus, to_json
 
 daemon_app = typer.Typer(help="The local daemon that owns every session.", no_args_is_help=True)
 app.add_typer(daemon_app, name="daemon")
@@ -47,7 +48,7 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     config = load_config()
     found = asyncio.run(daemon.daemon_status(config.home))
     if json_out:
-        print(json.dumps({"running": found is not None, **(to_json(found) if found else {})}))
+        print(json.dumps(status_json(found)))
     elif found is None:
         print(f"no daemon is running for RECURSA_HOME {config.home}", file=sys.stderr)
     else:
@@ -57,7 +58,17 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
             f"{found.loaded} loaded, {found.running} running"
         )
     if found is None:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
+
+
+def status_json(found: DaemonStatus | None) -> dict[str, object]:
+    """``daemon status --json``: ``running`` says whether a daemon runs (a bool);
+    the count of sessions running a turn is ``running_sessions``."""
+    if found is None:
+        return {"running": False}
+    fields = to_json(found)
+    fields["running_sessions"] = fields.pop("running")
+    return {"running": True, **fields}
 
 
 @daemon_app.command("openapi")

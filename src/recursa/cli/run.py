@@ -11,9 +11,8 @@ a limit of the whole run is reached, and then exits (:mod:`recursa.runtime.auton
 
 Exit codes: 0 answered (with ``--autonomous``: every gate passed, and only
 then); 4 the provider failed; 8 a limit was reached; 9 the model made no
-progress (empty or cut-off replies, one cell repeated); 130 interrupted;
-1 anything else.
-(Configuration and usage errors exit 2, see :mod:`recursa.errors`.)
+progress (empty or cut-off replies, one cell repeated); 130 interrupted or
+detached; the whole table is :data:`recursa.cli.exits.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from recursa.cli import app
 from recursa.cli import autonomous as autonomous_run
 from recursa.cli.autonomous import EXIT_BY_REASON
 from recursa.cli.common import typed_text
+from recursa.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, epilog
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import (
     LIMIT_REASONS,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
 
 
-@app.command()
+@app.command(epilog=epilog())
 def run(
     task: Annotated[str | None, typer.Argument(help="The task. '-' reads it from stdin.")] = None,
     model: Annotated[
@@ -131,7 +131,10 @@ def run(
         str | None, typer.Option(help="With --autonomous: time limit per gate (default 10m).")
     ] = None,
 ) -> None:
-    """Run an agent on TASK in a persistent kernel and print its answer."""
+    """Run an agent on TASK in a persistent kernel and print its answer.
+
+    Ctrl-C interrupts the running turn; a second Ctrl-C detaches: the session
+    goes on in the daemon."""
     if task == "-":
         task = sys.stdin.read()
     if task is not None:
@@ -218,7 +221,7 @@ async def _run(
     if state.detached:
         if not local:
             print(f"\ndetached; the session goes on: recursa attach {info.id}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     elapsed = time.monotonic() - started
     if request.autonomous is not None:
         word = autonomous_run.last_word(info.id, state.autonomous_end, state.last_end)
@@ -227,7 +230,9 @@ async def _run(
         return autonomous_run.exit_code(state.autonomous_end, state.last_end)
     _finish(info.id, state.last_end, usage, printer, json_lines, elapsed)
     _children_summary(tree, children, json_lines)
-    return EXIT_BY_REASON.get(state.last_end.reason, 1) if state.last_end is not None else 0
+    if state.last_end is None:
+        return EXIT_OK
+    return EXIT_BY_REASON.get(state.last_end.reason, EXIT_FAILED)
 
 
 async def _until_quiet(

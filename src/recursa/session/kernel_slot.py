@@ -178,11 +178,18 @@ class KernelSlot:
             self.deps.record(CellOutputEvent(cell=cell, stream=part.kind, text=part.text))
 
         self._dirty = True
+        loop = asyncio.get_running_loop()
+        started = loop.time()  # the kernel's own clock: monotonic, as in run_cell
         try:
             output = await kernel.execute(code, timeout=time_limit, on_output=stream)
         except asyncio.CancelledError:
             note = "interrupted by the user; the cell may have partly run"
-            partial = CellOutput(status="interrupted", parts=tuple(parts), note=note)
+            partial = CellOutput(
+                status="interrupted",
+                parts=tuple(parts),
+                note=note,
+                duration=loop.time() - started,  # how long it ran until the interrupt
+            )
             self.deps.record(self._finished(cell, call_id, partial, truncate_ref=False))
             raise
         if output.restarted:
