@@ -311,3 +311,42 @@ async def _last_seq(client: DaemonClient, session: str) -> int:
     async for record in client.events(session, after=0, follow=False):
         last = record.seq
     return last
+
+
+def test_attach_until_idle_waits_for_the_turn_a_message_started(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Replayed from the start (``--after 0``), the idle status that ended the
+    previous turn is history: ``--until-idle`` waits for the turn the message
+    started. (It used to return at the old idle, before the new turn ran.)"""
+    server.push(Reply(text="first"))
+    started = recursa(["run", "--detach", "--model", "openai/m", "one"], env, tmp_path)
+    assert started.returncode == 0, started.stderr
+    session = started.stdout.strip().splitlines()[-1]
+    wait_idle(env, tmp_path, session)
+    # The second turn's cell holds until the test says go, after attach is up.
+    hold = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.01)\nprint('went')"
+    server.push(Reply(tool_calls=[python(hold)]), Reply(text="second answer"))
+    sent = recursa(["send", session, "two"], env, tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "recursa", "attach", session, "--until-idle", "--after", "0"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert attach.stderr is not None
+        header = attach.stderr.readline()
+        assert "attached to" in header
+        (tmp_path / "go").write_text("")
+        _, rest = attach.communicate(timeout=120)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+    assert attach.returncode == 0, rest
+    assert "first" in rest
+    assert "went" in rest
+    assert "second answer" in rest

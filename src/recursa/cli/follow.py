@@ -68,12 +68,15 @@ async def follow_until_idle(
     need_turn: bool = True,
     stop_at_idle: bool = True,
     in_progress: bool = False,
+    settled_from: int = 0,
 ) -> Follow:
     """Print the session's events from ``state.cursor`` until it goes idle after a
     turn ended (or, without ``need_turn``, at the first idle status; without
-    ``stop_at_idle``, only when the user detaches). With ``in_progress``, a
-    reply or cell already streaming is shown from its start. Ctrl-C: see the
-    module docstring. Returns ``state`` updated."""
+    ``stop_at_idle``, only when the user detaches). An idle status stored before
+    ``settled_from`` is history being replayed, not the session's state now, and
+    does not stop the follow. With ``in_progress``, a reply or cell already
+    streaming is shown from its start. Ctrl-C: see the module docstring.
+    Returns ``state`` updated."""
     interrupts = _Interrupts(client, session, state)
     with interrupts:
         events = client.events(session, after=state.cursor, follow=True, in_progress=in_progress)
@@ -90,7 +93,8 @@ async def follow_until_idle(
                     state.autonomous_end = event
                 elif isinstance(event, StatusChanged):
                     state.running = event.status == "running"
-                    settled = event.status in ("idle", "inactive")
+                    current = record.seq == 0 or record.seq >= settled_from
+                    settled = current and event.status in ("idle", "inactive")
                     if stop_at_idle and settled and (state.seen_turn or not need_turn):
                         break
         finally:

@@ -21,7 +21,7 @@ from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
 from recursa.config import color_enabled, load_config
-from recursa.protocol.events import TurnStarted
+from recursa.protocol.events import StatusChanged, TurnStarted
 from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode
 
 if TYPE_CHECKING:
@@ -122,8 +122,13 @@ async def _attach(
 ) -> int:
     async with _client() as client:
         info = await client.session(ref)
-        cursor = after if after is not None else await _last_turn_cursor(client, info.id)
+        last_turn, last_seq, last_status = await _history_marks(client, info.id)
+        cursor = after if after is not None else last_turn
         state = Follow(cursor=cursor, running=info.status == "running")
+        # Replayed idle statuses are history: only the one the session is in
+        # now (its last status, when settled) or a later one ends the wait.
+        settled = info.status in ("idle", "inactive")
+        settled_from = last_status if settled else last_seq + 1
         printer = TranscriptPrinter(color=color_enabled(sys.stderr))
         print(f"── attached to {info.id} ({info.status}); Ctrl-C twice to detach", file=sys.stderr)
 
@@ -145,6 +150,7 @@ async def _attach(
                     need_turn=False,
                     stop_at_idle=until_idle,
                     in_progress=True,
+                    settled_from=settled_from,
                 )
                 if until_idle:
                     break
@@ -155,16 +161,21 @@ async def _attach(
     return 0
 
 
-async def _last_turn_cursor(client: DaemonClient, session: str) -> int:
-    """The cursor just before the session's last turn, so attaching shows it whole."""
+async def _history_marks(client: DaemonClient, session: str) -> tuple[int, int, int]:
+    """The cursor just before the session's last turn (so attaching shows it
+    whole), the sequence number of its last stored event, and that of its
+    last stored status change."""
     cursor = 0
     previous = 0
+    status = 0
     events = client.events(session, after=0, follow=False)
     async for record in events:
         if isinstance(record.event, TurnStarted):
             cursor = previous
+        elif isinstance(record.event, StatusChanged):
+            status = record.seq
         previous = record.seq
-    return cursor
+    return cursor, previous, status
 
 
 @app.command()
