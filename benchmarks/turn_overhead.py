@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -163,6 +164,13 @@ async def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="recursa-bench-"))
+    try:
+        await measure(args, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)  # homes, workspaces, stores of every run
+
+
+async def measure(args: argparse.Namespace, base: Path) -> None:
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
     kinds: list[SandboxKind] = ["none", "bwrap"]
     try:
