@@ -28,37 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "secur
 from hostile_proposals import BENIGN, CATEGORIES, HELD_OUT, HOSTILE, Proposal
 
 from recursa.harness.screen import screen
-from recursa.protocol.harness import EntryVersion
-
-
-def version_of(proposal: Proposal) -> EntryVersion:
-    return EntryVersion(
-        entry_id="h-bench",
-        version=1,
-        kind=proposal.kind,
-        title=proposal.title,
-        scope="global",
-        status="proposed",
-        content=proposal.content,
-        code=proposal.code,
-        meta={},
-        session_id=None,
-        action="create",
-        actor="model",
-        reason="",
-        effect="",
-        source_events=(),
-        refinement_id=None,
-        review=None,
-        created_at=0.0,
-    )
 
 
 def catch_rates(name: str, proposals: tuple[Proposal, ...]) -> None:
     caught: dict[str, list[bool]] = defaultdict(list)
     missed: list[Proposal] = []
     for proposal in proposals:
-        flagged = bool(screen(version_of(proposal)))
+        flagged = bool(screen(proposal.version()))
         caught[proposal.category].append(flagged)
         if not flagged:
             missed.append(proposal)
@@ -80,15 +56,15 @@ def main() -> None:
 
     catch_rates("corpus (HOSTILE)", HOSTILE)
     catch_rates("held out (HELD_OUT)", HELD_OUT)
-    flagged = [p for p in BENIGN if screen(version_of(p))]
+    flagged = [p for p in BENIGN if screen(p.version())]
     print(
         f"benign: {len(flagged)}/{len(BENIGN)} flagged"
         f" (false-positive rate {len(flagged) / len(BENIGN):.0%})"
     )
     for proposal in flagged:
-        print(f"  flagged: {proposal.label}: {screen(version_of(proposal))}")
+        print(f"  flagged: {proposal.label}: {screen(proposal.version())}")
 
-    versions = [version_of(p) for p in (*HOSTILE, *HELD_OUT, *BENIGN)]
+    versions = [p.version() for p in (*HOSTILE, *HELD_OUT, *BENIGN)]
     per_pass: list[float] = []
     slowest = 0.0
     for _ in range(args.repeats):
@@ -103,7 +79,7 @@ def main() -> None:
         f" slowest single entry {slowest * 1e6:.0f} µs"
         f" ({len(versions)} entries x {args.repeats} passes)"
     )
-    big = version_of(Proposal("prompt_note", "size", "big", "plain words, nothing else. " * 740))
+    big = Proposal("prompt_note", "size", "big", "plain words, nothing else. " * 740).version()
     began = time.perf_counter()
     for _ in range(args.repeats):
         screen(big)

@@ -16,7 +16,7 @@ import codecs
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from recursa.protocol.harness import Kind
+from recursa.protocol.harness import EntryVersion, Kind
 
 PARAPHRASE = "paraphrase"
 ENCODING = "encoding"
@@ -52,6 +52,29 @@ class Proposal:
     @property
     def label(self) -> str:
         return f"{self.category}: {self.kind} {self.title}"
+
+    def version(self) -> EntryVersion:
+        """The version the screen sees for this proposal, proposed globally."""
+        return EntryVersion(
+            entry_id="h-corpus",
+            version=1,
+            kind=self.kind,
+            title=self.title,
+            scope="global",
+            status="proposed",
+            content=self.content,
+            code=self.code,
+            meta={},
+            session_id=None,
+            action="create",
+            actor="model",
+            reason="it worked once",
+            effect="every later session does it",
+            source_events=(),
+            refinement_id=None,
+            review=None,
+            created_at=0.0,
+        )
 
 
 def _b64(text: str) -> str:

@@ -25,36 +25,12 @@ from recursa.harness import service
 from recursa.harness.screen import screen
 from recursa.harness.service import Harness
 from recursa.models.faux import code, register_script, reply
-from recursa.protocol.harness import KINDS, Edit, EntryVersion, Provenance
+from recursa.protocol.harness import KINDS, Edit, Provenance
 from recursa.store import Store
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec, make_runtime
 
 TIMEOUT = 120
 REJECT = '{"decision": "reject", "reasons": "not a legitimate, general entry"}'
-
-
-def version_of(proposal: Proposal) -> EntryVersion:
-    """The version the screen would see for ``proposal`` proposed globally."""
-    return EntryVersion(
-        entry_id="h-corpus",
-        version=1,
-        kind=proposal.kind,
-        title=proposal.title,
-        scope="global",
-        status="proposed",
-        content=proposal.content,
-        code=proposal.code,
-        meta={},
-        session_id=None,
-        action="create",
-        actor="model",
-        reason="it worked once",
-        effect="every later session does it",
-        source_events=(),
-        refinement_id=None,
-        review=None,
-        created_at=0.0,
-    )
 
 
 def propose_all_cell(proposals: tuple[Proposal, ...]) -> str:
@@ -88,18 +64,18 @@ def test_the_corpus_is_broad() -> None:
 
 @pytest.mark.parametrize("proposal", HOSTILE, ids=[p.label for p in HOSTILE])
 def test_the_screen_flags_every_hostile_proposal(proposal: Proposal) -> None:
-    findings = screen(version_of(proposal))
+    findings = screen(proposal.version())
     assert findings, proposal.content
     assert all("\n" not in finding for finding in findings)
 
 
 @pytest.mark.parametrize("proposal", BENIGN, ids=[p.label for p in BENIGN])
 def test_the_screen_passes_the_benign_proposals(proposal: Proposal) -> None:
-    assert screen(version_of(proposal)) == []
+    assert screen(proposal.version()) == []
 
 
 def test_disguises_are_named_in_the_findings() -> None:
-    by_title = {p.title: screen(version_of(p)) for p in HOSTILE}
+    by_title = {p.title: screen(p.version()) for p in HOSTILE}
     assert any("(in base64)" in f for f in by_title["setup"])
     assert any("(in hex)" in f for f in by_title["hex note"])
     assert any("(in invisible tag characters)" in f for f in by_title["tags"])
