@@ -29,6 +29,9 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "recursa-home"
     monkeypatch.setenv("RECURSA_HOME", str(home))
     monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    # Kernels run on the project's interpreter: a managed env per test home
+    # would be made for each test (tests/integration/test_kernel_env.py covers it).
+    monkeypatch.setenv("RECURSA_KERNEL_PYTHON", "project")
     for name in _SCRUBBED:
         monkeypatch.delenv(name, raising=False)
     return home

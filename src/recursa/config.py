@@ -42,6 +42,9 @@ The file, field by field::
                                         # kernel's own dozen included); 0 = no limit
     sandbox = "bwrap"                   # "bwrap" (Linux default: bubblewrap) or "none"
     network = true                      # false: a sandboxed kernel has no network
+    python = "managed"                  # the kernels' Python: "managed" (a venv recursa owns,
+                                        # $RECURSA_HOME/kernel-env), "project" (recursa's own
+                                        # interpreter) or an absolute path to one
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -117,6 +120,9 @@ DEFAULT_KERNEL_STARTUP_TIMEOUT = 60.0
 DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
 DEFAULT_KERNEL_SANDBOX: SandboxKind = "bwrap" if sys.platform.startswith("linux") else "none"
+DEFAULT_KERNEL_PYTHON = "managed"
+KERNEL_PYTHON_NAMES = ("managed", "project")
+"""The named ``[kernel] python`` choices; any other value is an absolute path."""
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
 MIN_KERNEL_MEMORY = 64 << 20
 """The smallest ``[kernel] memory_max``: an idle kernel holds about 50 MB."""
@@ -217,6 +223,9 @@ class KernelConfig:
     """Kernels run under bubblewrap ("bwrap"), or unconfined ("none")."""
     network: bool = True
     """False: a sandboxed kernel gets an empty network namespace."""
+    python: str = DEFAULT_KERNEL_PYTHON
+    """The kernels' interpreter: "managed", "project" or an absolute path
+    (``RECURSA_KERNEL_PYTHON`` overrides the file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +446,7 @@ class KernelTable(_Table):
     ] = 0
     sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
     network: bool = True
+    python: str = DEFAULT_KERNEL_PYTHON
 
 
 class SessionsTable(_Table):
@@ -537,6 +547,7 @@ def load_config(
             max_processes=kernel.max_processes or None,
             sandbox=kernel.sandbox,
             network=kernel.network,
+            python=_kernel_python(environ.get("RECURSA_KERNEL_PYTHON") or kernel.python, path),
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -589,6 +600,18 @@ def kernel_environment(
     out.setdefault("JUPYTER_PLATFORM_DIRS", "1")
     out["PYTHONUNBUFFERED"] = "1"
     return out
+
+
+def _kernel_python(value: str, path: Path) -> str:
+    """``[kernel] python`` checked: a named choice, or an absolute path (``~`` expanded)."""
+    if value in KERNEL_PYTHON_NAMES:
+        return value
+    expanded = Path(value).expanduser()
+    if not expanded.is_absolute():
+        raise ConfigError(
+            f"{path}: kernel.python must be 'managed', 'project' or an absolute path, not {value!r}"
+        )
+    return str(expanded)
 
 
 def _cache_dir(environ: Mapping[str, str]) -> Path:

@@ -46,6 +46,7 @@ def _register() -> None:
     import recursa.cli.control
     import recursa.cli.daemon
     import recursa.cli.harness
+    import recursa.cli.kernel_env
     import recursa.cli.models
     import recursa.cli.run
     import recursa.cli.sessions  # noqa: F401

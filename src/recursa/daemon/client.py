@@ -90,6 +90,7 @@ QUIET_PIECE = 30.0
 """Longest wait one ``wait-quiet`` request asks the daemon for."""
 if TYPE_CHECKING:
     from recursa.daemon.machine import Row as ModelRow
+    from recursa.kernel.venv import KernelEnv
 
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
@@ -345,6 +346,14 @@ def prepare_model(alias: str, config: Config, progress: Callable[[str], None]) -
     return machine.prepare(alias, config, progress)
 
 
+def kernel_env(config: Config) -> KernelEnv:
+    """The managed kernel environment of ``config.home`` (``recursa kernel-env``);
+    it needs no daemon."""
+    from recursa.kernel.venv import KernelEnv
+
+    return KernelEnv.of_home(config.home)
+
+
 def install_command(alias: str) -> list[str]:
     from recursa.daemon import machine
 
@@ -362,6 +371,7 @@ __all__ = [
     "default_model",
     "harden_process",
     "install_command",
+    "kernel_env",
     "model_rows",
     "openapi_document",
     "prepare_model",

@@ -7,6 +7,9 @@ Linux) each kernel runs under bubblewrap and sees:
 - the whole filesystem read-only, a fresh ``/dev`` and ``/proc``, and a
   private, empty ``/tmp``;
 - its workspace (the directory it was launched in) read-write;
+- the policy's writable directories (the managed kernel environment, which
+  lies in the hidden home: :mod:`recursa.kernel.venv`) read-write, so that
+  ``pip install`` in one kernel serves the later kernels of the same home;
 - nothing of the hidden directories (``RECURSA_HOME`` and the kernels'
   runtime directory: an empty tmpfs lies over each) but its own directory
   (read-write: its ZeroMQ sockets and the files it exchanges with the
@@ -84,7 +87,10 @@ class SandboxPolicy:
     """How the kernels of one runtime are confined (from ``[kernel]``).
 
     ``hidden`` are directories no kernel sees (``RECURSA_HOME``); each
-    kernel's runtime directory is hidden as well. ``bwrap`` is the program,
+    kernel's runtime directory is hidden as well. ``writable`` are bound
+    read-write in every kernel, even inside a hidden one (the managed
+    kernel environment): what one kernel writes there, every later kernel
+    of the runtime runs. ``bwrap`` is the program,
     by name (looked up on ``PATH``) or path. ``limits`` go in front of the
     sandbox (:func:`recursa.kernel.limits.limit_argv`), in either kind.
     """
@@ -92,6 +98,7 @@ class SandboxPolicy:
     kind: SandboxKind = "none"
     network: bool = True
     hidden: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
     limits: KernelLimits = field(default_factory=KernelLimits)
     bwrap: str = "bwrap"
 
@@ -176,13 +183,18 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     mounts.append((workspace, 1, ["--bind", str(workspace), str(workspace)]))
     kernel_dir = _real(view.kernel_dir)
     mounts.append((kernel_dir, 1, ["--bind", str(kernel_dir), str(kernel_dir)]))
+    writable = tuple(sorted({_real(p) for p in policy.writable}))
+    for path in writable:
+        if any(h == path or path in h.parents for h in hidden):
+            raise KernelError(f"cannot bind {path} into a kernel: it would show a hidden directory")
+        mounts.append((path, 1, ["--bind", str(path), str(path)]))
     # The source as the harness names it: the launch line then names the
     # file, which is how the process is recognized later (adoption, orphans).
     inside = connection_inside(view.connection_file)
     connection = str(view.connection_file)
     mounts.append((inside, 1, ["--ro-bind", connection, str(inside)]))
     covered = (Path("/tmp"), *hidden)
-    for path in _shown_again(view.interpreter, covered, workspace):
+    for path in _shown_again(view.interpreter, covered, (workspace, *writable)):
         mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
     if view.api_socket is not None:
         # Its directory, so that a socket the daemon makes again after a
@@ -202,16 +214,19 @@ def bwrap_args(policy: SandboxPolicy, view: KernelView) -> list[str]:
     return args
 
 
-def _shown_again(paths: tuple[Path, ...], covered: tuple[Path, ...], workspace: Path) -> list[Path]:
+def _shown_again(
+    paths: tuple[Path, ...], covered: tuple[Path, ...], bound: tuple[Path, ...]
+) -> list[Path]:
     """Of ``paths``, those that a covering mount would hide, outermost only.
     A path that holds a covered directory (``/tmp`` itself, or a parent of the
-    home) is never shown: it would show what the cover hides. One in the
-    workspace is seen there already, writable."""
+    home) is never shown: it would show what the cover hides. One in a
+    directory bound read-write (the workspace, the kernel environment) is
+    seen there already, writable, and must stay so."""
     wanted: list[Path] = []
     for path in sorted({_real(p) for p in paths}, key=lambda p: len(p.parts)):
         if not any(c == path or c in path.parents for c in covered):
             continue  # not covered: already seen through the read-only root
-        if path == workspace or workspace in path.parents:
+        if any(path == b or b in path.parents for b in bound):
             continue
         if any(c == path or path in c.parents for c in covered):
             continue  # it would uncover a hidden directory

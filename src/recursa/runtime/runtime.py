@@ -35,6 +35,7 @@ from recursa.errors import ModelUnavailable, StoreError
 from recursa.kernel import KernelPool
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.sandbox import SandboxPolicy
+from recursa.kernel.venv import resolve_kernel_python
 from recursa.models.registry import Providers
 from recursa.protocol.events import SessionCreated
 from recursa.runtime.accounts import Accounts, as_int
@@ -128,8 +129,13 @@ class Runtime:
         """Open the store under ``config.home`` and start keeping ``warm_kernels`` ready."""
         store = Store.open(config.home / DB_FILE_NAME)
         tasks = Supervisor("runtime", logger=log)
+        # The managed env is made here on first use (a quarter of a second).
+        python, env = await asyncio.to_thread(
+            resolve_kernel_python, config.kernel.python, config.home
+        )
         kernels = KernelPool(
-            config.kernel.env,
+            env.kernel_environment(config.kernel.env) if env else config.kernel.env,
+            python=python,
             size=warm_kernels,
             runtime_dir=config.home / "kernels",
             startup_timeout=config.kernel.startup_timeout,
@@ -140,6 +146,7 @@ class Runtime:
                 kind=config.kernel.sandbox,
                 network=config.kernel.network,
                 hidden=(config.home,),
+                writable=(env.path,) if env else (),
                 limits=KernelLimits.from_config(config.kernel),
             ),
         )

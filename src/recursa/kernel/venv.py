@@ -1,0 +1,380 @@
+"""The managed kernel environment: a venv recursa owns, which kernels run in.
+
+``[kernel] python = "managed"`` (the default) runs every kernel of a home in
+``$RECURSA_HOME/kernel-env``, a venv made from recursa's own interpreter:
+
+- ``python -m venv --without-pip`` (a quarter of a second, no network), then
+  a ``.pth`` file in its site-packages that adds the project's site-packages
+  (and recursa's source, for a checkout) *after* the env's own: ipykernel,
+  pip and recursa come from the project, and what is installed in the env
+  wins over them;
+- ``bin/pip`` (and ``pip3``, ``pip3.X``) run ``python -m pip`` with the env's
+  interpreter, so ``pip install`` writes into the env, whichever pip runs
+  (the project's, until the agent installs one of its own); an interpreter
+  without pip anywhere gets one from ``ensurepip``;
+- the data stack (:data:`DATA_STACK`), installed by pip when asked (``recursa
+  kernel-env reset``, the quickstart). Without a network the env still
+  works; :meth:`KernelEnv.create` returns what is missing, for one warning.
+
+A marker file is written last: an env without it (a creation cut short) is
+made again. Creation, reset and installs by the CLI hold a lock file beside
+the env, so that two processes never build it at once.
+
+Inside a kernel (:meth:`KernelEnv.kernel_environment`) the env's ``bin/`` is
+first on ``PATH`` and ``VIRTUAL_ENV`` names it, so ``pip``, ``python``,
+``%pip`` and the same in ``%%bash`` reach the env's interpreter; and
+``PIP_REQUIRE_VIRTUALENV`` makes any other pip refuse to install, so a kernel
+never installs into the system Python. What the agent installs stays in the
+env, for later sessions. The sandbox binds the env read-write
+(:attr:`recursa.kernel.sandbox.SandboxPolicy.writable`).
+
+Listing the env (:meth:`KernelEnv.packages`) reads its metadata files and
+runs none of its code: a kernel may have written any of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import site
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from recursa.errors import KernelError
+
+log = logging.getLogger(__name__)
+
+ENV_DIR_NAME = "kernel-env"
+MARKER = ".recursa-env"
+"""Written last into a finished env: its creator's interpreter, as JSON."""
+PTH_NAME = "_recursa_project.pth"
+
+DATA_STACK: tuple[tuple[str, str], ...] = (
+    ("numpy", "numpy"),
+    ("pandas", "pandas"),
+    ("matplotlib", "matplotlib"),
+    ("requests", "requests"),
+    ("pyyaml", "yaml"),
+)
+"""(distribution, module) pairs installed when an env is made with its data stack."""
+
+CREATE_TIMEOUT = 120.0
+"""Seconds ``venv`` and ``ensurepip`` may take."""
+PIP_TIMEOUT = 1800.0
+"""Seconds one ``pip install`` may take (the whole data stack is ~100 MB)."""
+
+_PIP_FLAGS = ("--disable-pip-version-check", "--retries", "1", "--timeout", "15")
+
+_PIP_WRAPPER = '#!/bin/sh\n# recursa: pip for this env, run by its interpreter.\nexec "$(dirname "$0")/python" -m pip "$@"\n'
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """One distribution in the env's own site-packages; ``size`` in bytes (its files)."""
+
+    name: str
+    version: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEnv:
+    """The managed env at ``path``, made from ``base_python`` (recursa's interpreter)."""
+
+    path: Path
+    base_python: str = sys.executable
+
+    @classmethod
+    def of_home(cls, home: Path) -> KernelEnv:
+        return cls(Path(os.path.abspath(home)) / ENV_DIR_NAME)
+
+    @property
+    def bin(self) -> Path:
+        return self.path / "bin"
+
+    @property
+    def python(self) -> Path:
+        return self.bin / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return self.path / "lib" / version / "site-packages"
+
+    def ready(self) -> bool:
+        """The env was finished, by an interpreter of this Python version."""
+        try:
+            made = json.loads((self.path / MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return (
+            isinstance(made, dict)
+            and made.get("version") == list(sys.version_info[:2])
+            and self.python.exists()
+        )
+
+    # -- making it ------------------------------------------------------------------
+
+    def ensure(self, progress: Progress = log.info) -> list[str]:
+        """Make the env without its data stack if it is not ready (a quarter
+        of a second, offline); what of :data:`DATA_STACK` it lacks, for a
+        warning. Raises :class:`KernelError` in one line if it cannot be made."""
+        with self._locked():
+            if not self.ready():
+                self._build(progress)
+        return self.missing()
+
+    def create(self, *, data_stack: bool = True, progress: Progress = log.info) -> list[str]:
+        """Make the env afresh (what was installed in it is gone), with the
+        data stack when asked; what of :data:`DATA_STACK` it lacks after (pip
+        could not reach an index, say)."""
+        with self._locked():
+            self._build(progress)
+            if data_stack:
+                self._pip(["install", *(dist for dist, _ in DATA_STACK)], progress, quiet=True)
+        return self.missing()
+
+    def install(self, packages: Sequence[str], progress: Progress = log.info) -> None:
+        """``pip install packages`` into the env (made first if needed); raises
+        :class:`KernelError` in one line when pip fails (its own output went
+        to ``progress``)."""
+        with self._locked():
+            if not self.ready():
+                self._build(progress)
+            if not self._pip(["install", *packages], progress, quiet=False):
+                named = " ".join(p for p in packages if not p.startswith("-"))
+                raise KernelError(f"pip could not install {named} into {self.path} (see above)")
+
+    def missing(self) -> list[str]:
+        """The distributions of :data:`DATA_STACK` whose module the env's
+        interpreter does not find (asked of it; [] for an env not made)."""
+        if not self.python.exists():
+            return []
+        probe = (
+            "import importlib.util, json, sys\n"
+            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))"
+        )
+        modules = {module: dist for dist, module in DATA_STACK}
+        try:
+            done = subprocess.run(
+                [str(self.python), "-c", probe, *modules],
+                capture_output=True,
+                timeout=CREATE_TIMEOUT,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+            absent = json.loads(done.stdout)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return [dist for dist, _ in DATA_STACK]
+        if not isinstance(absent, list):
+            return [dist for dist, _ in DATA_STACK]
+        return [modules[m] for m in absent if m in modules]
+
+    def _build(self, progress: Progress) -> None:
+        if self.path.exists() or self.path.is_symlink():
+            progress(f"removing {self.path}")
+            _remove(self.path)
+        progress(f"creating the kernel environment {self.path}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._run([self.base_python, "-m", "venv", "--without-pip", str(self.path)], "venv")
+        self.site_packages.mkdir(parents=True, exist_ok=True)
+        (self.site_packages / PTH_NAME).write_text(_pth_lines(), encoding="utf-8")
+        if not self._has_pip():
+            progress("the project has no pip: installing one into the env with ensurepip")
+            self._run([str(self.python), "-m", "ensurepip", "--default-pip"], "ensurepip")
+        for name in ("pip", "pip3", f"pip{sys.version_info.major}.{sys.version_info.minor}"):
+            script = self.bin / name
+            if not script.exists():
+                script.write_text(_PIP_WRAPPER, encoding="utf-8")
+                script.chmod(0o755)
+        marker = {"version": list(sys.version_info[:2]), "base": self.base_python}
+        (self.path / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+
+    def _has_pip(self) -> bool:
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            done = subprocess.run(
+                [str(self.python), "-c", probe],
+                capture_output=True,
+                timeout=CREATE_TIMEOUT,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+            return done.returncode == 0
+        return False
+
+    def _run(self, argv: list[str], what: str) -> None:
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                timeout=CREATE_TIMEOUT,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise KernelError(f"cannot make the kernel environment {self.path}: {exc}") from exc
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = said[-1] if said else f"exit code {done.returncode}"
+            raise KernelError(f"cannot make the kernel environment {self.path}: {what}: {why}")
+
+    def _pip(self, args: list[str], progress: Progress, *, quiet: bool) -> bool:
+        """Run the env's pip; its output lines go to ``progress``. True when it succeeded."""
+        argv = [str(self.python), "-m", "pip", *args, *_PIP_FLAGS]
+        if quiet:
+            argv.append("--quiet")
+        progress("$ " + " ".join(argv))
+        env = {**os.environ, "PIP_REQUIRE_VIRTUALENV": "1", "VIRTUAL_ENV": str(self.path)}
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError as exc:
+            progress(f"cannot run pip: {exc}")
+            return False
+        assert proc.stdout is not None
+        with proc:
+            for raw in proc.stdout:
+                progress(raw.decode("utf-8", "replace").rstrip())
+            try:
+                code = proc.wait(timeout=PIP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return False
+        return code == 0
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.path.parent / f"{self.path.name}.lock"
+        with lock.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # -- using it -------------------------------------------------------------------
+
+    def kernel_environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` (a kernel's) with the env's ``bin/`` first on ``PATH``,
+        ``VIRTUAL_ENV`` naming it, and pip bound to virtual environments."""
+        out = dict(env)
+        path = out.get("PATH") or os.defpath
+        out["PATH"] = os.pathsep.join([str(self.bin), *(p for p in path.split(os.pathsep) if p)])
+        out["VIRTUAL_ENV"] = str(self.path)
+        out["PIP_REQUIRE_VIRTUALENV"] = "1"
+        out["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        out.pop("PYTHONHOME", None)
+        return out
+
+    def packages(self) -> list[Package]:
+        """The distributions in the env's own site-packages, by name, read from
+        their metadata (none of the env's code runs)."""
+        found: list[Package] = []
+        if not self.site_packages.is_dir():
+            return found
+        for info in sorted(self.site_packages.glob("*.dist-info")):
+            try:
+                meta = HeaderParser().parsestr(
+                    (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+                )
+            except OSError:
+                continue
+            name, version = meta.get("Name"), meta.get("Version")
+            if not name:
+                continue
+            found.append(Package(name, version or "?", _record_size(info)))
+        return sorted(found, key=lambda p: p.name.lower())
+
+    def size(self) -> int:
+        """Bytes of the env's files (symlinks counted as links)."""
+        return _tree_size(self.path)
+
+
+def resolve_kernel_python(setting: str, home: Path) -> tuple[str, KernelEnv | None]:
+    """The kernels' interpreter for ``[kernel] python``, and the managed env
+    when that is the choice (made here if it is not ready, without its data
+    stack: what it lacks is logged in one warning)."""
+    if setting == "project":
+        return sys.executable, None
+    if setting != "managed":
+        return setting, None
+    env = KernelEnv.of_home(home)
+    missing = env.ensure()
+    if missing:
+        log.warning(
+            "the kernel environment %s lacks %s; install them with: recursa kernel-env reset",
+            env.path,
+            ", ".join(missing),
+        )
+    return str(env.python), env
+
+
+def _pth_lines() -> str:
+    """The env's ``.pth``: the project's site directories (each with its own
+    ``.pth`` files: an editable install's finder) and recursa's source when
+    it is found elsewhere, added after the env's own site-packages."""
+    dirs = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    spec = importlib.util.find_spec("recursa")
+    if spec is not None and spec.origin:
+        source = os.path.dirname(os.path.dirname(spec.origin))
+        if not any(source == d for d in dirs):
+            dirs.append(source)
+    return "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n"
+
+
+def _record_size(info: Path) -> int:
+    """The size of a distribution's files, from its RECORD (0 when it has none)."""
+    try:
+        lines = (info / "RECORD").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return 0
+    total = 0
+    for line in lines:
+        size = line.rsplit(",", 1)[-1]
+        if size.isdigit():
+            total += int(size)
+    return total
+
+
+def _tree_size(root: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _remove(path: Path) -> None:
+    """Remove the env: its links are removed, never followed."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    shutil.rmtree(path)
+
+
+__all__ = [
+    "DATA_STACK",
+    "ENV_DIR_NAME",
+    "KernelEnv",
+    "Package",
+    "resolve_kernel_python",
+]
