@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_kit import fails, ok
+from daemon_kit import fails, ok, recursa
 from recursa.config import load_config
 from recursa.errors import ConfigError, KernelError
 from recursa.kernel.sandbox import check_sandbox
@@ -200,3 +200,39 @@ def test_the_python_setting_is_checked(home: Path) -> None:
     assert load_config(overrides={"RECURSA_KERNEL_PYTHON": ""}).kernel.python == str(
         Path("~/py/bin/python").expanduser()
     )
+
+
+def test_prepare_without_an_index_makes_a_working_env_and_names_what_it_lacks(
+    home: Path, tmp_path: Path
+) -> None:
+    offline = {**os.environ, **MANAGED, "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    result = recursa(["kernel-env", "prepare"], offline, tmp_path)
+    assert result.returncode == 0, result.stderr
+    env = KernelEnv.of_home(home)
+    assert result.stdout.strip() == str(env.path) and env.ready()
+    missing = env.missing()
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    if missing:
+        assert warnings == [
+            f"warning: the kernel environment lacks {', '.join(missing)} "
+            "(pip could not install them; kernels work without them)"
+        ]
+    else:  # the project's interpreter has the whole data stack
+        assert warnings == []
+    probe = "import ipykernel, recursa, sys; print(sys.prefix)"
+    done = subprocess.run([str(env.python), "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == str(env.path)
+
+
+def test_a_reset_is_refused_while_the_daemon_runs(home: Path, tmp_path: Path) -> None:
+    environ = {**os.environ, **MANAGED}
+    ok(["daemon", "start"], environ, tmp_path)
+    try:
+        env = KernelEnv.of_home(home)
+        assert env.ready()  # the daemon made it on first use
+        (env.site_packages / "kept_here.py").write_text("VALUE = 1\n")
+        line = fails(["kernel-env", "reset", "--bare"], environ, tmp_path, 5)
+        assert "runs kernels in the kernel environment; stop it first" in line
+        assert (env.site_packages / "kept_here.py").exists()
+    finally:
+        ok(["daemon", "stop"], environ, tmp_path)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from typing import Annotated
@@ -12,6 +13,7 @@ import typer
 from recursa.cli import app
 from recursa.cli.tables import Col, print_table
 from recursa.config import load_config
+from recursa.errors import KernelError
 
 kernel_env_app = typer.Typer(
     help="The Python environment kernels run in: show it, reset it, add packages.",
@@ -67,14 +69,12 @@ def show(
     print(f"[kernel] python: {config.kernel.python}")
     print(f"path:            {env.path}")
     if not ready:
-        print(
-            "state:           not made yet (made on first use; recursa kernel-env reset makes it)"
-        )
+        print("state:           not made yet (made on first use, or by recursa kernel-env prepare)")
         return
     print(f"python:          {env.python}")
     print(f"size:            {_size(env.size())}")
     if missing:
-        print(f"missing:         {', '.join(missing)} (recursa kernel-env reset installs them)")
+        print(f"missing:         {', '.join(missing)} (recursa kernel-env prepare installs them)")
     print()
     if packages:
         print_table(
@@ -85,6 +85,26 @@ def show(
         print("no packages of its own (it uses recursa's: ipykernel, pip)")
 
 
+def _warn_missing(missing: list[str]) -> None:
+    if missing:
+        print(
+            f"warning: the kernel environment lacks {', '.join(missing)} "
+            "(pip could not install them; kernels work without them)",
+            file=sys.stderr,
+        )
+
+
+@kernel_env_app.command()
+def prepare() -> None:
+    """Make the environment if needed and install what of the data stack it
+    lacks; what is installed in it stays (the quickstart runs this)."""
+    from recursa.daemon import client as daemon
+
+    env = daemon.kernel_env(load_config())
+    _warn_missing(env.prepare(progress=_progress))
+    print(env.path)
+
+
 @kernel_env_app.command()
 def reset(
     bare: Annotated[
@@ -92,18 +112,21 @@ def reset(
     ] = False,
 ) -> None:
     """Make the environment afresh, with the data stack (numpy, pandas,
-    matplotlib, requests, pyyaml); what was installed in it is gone. Stop the
-    daemon first: its kernels run in it."""
+    matplotlib, requests, pyyaml); what was installed in it is gone. Refused
+    while the daemon runs: its kernels run in it."""
     from recursa.daemon import client as daemon
 
-    env = daemon.kernel_env(load_config())
-    missing = env.create(data_stack=not bare, progress=_progress)
-    if missing and not bare:
-        print(
-            f"warning: the kernel environment lacks {', '.join(missing)} "
-            "(pip could not install them; kernels work without them)",
-            file=sys.stderr,
+    config = load_config()
+    running = asyncio.run(daemon.daemon_status(config.home))
+    if running is not None:
+        raise KernelError(
+            f"the daemon (pid {running.pid}) runs kernels in the kernel environment; "
+            "stop it first: recursa daemon stop"
         )
+    env = daemon.kernel_env(config)
+    missing = env.create(data_stack=not bare, progress=_progress)
+    if not bare:
+        _warn_missing(missing)
     print(env.path)
 
 

@@ -13,8 +13,10 @@
   (the project's, until the agent installs one of its own); an interpreter
   without pip anywhere gets one from ``ensurepip``;
 - the data stack (:data:`DATA_STACK`), installed by pip when asked (``recursa
-  kernel-env reset``, the quickstart). Without a network the env still
-  works; :meth:`KernelEnv.create` returns what is missing, for one warning.
+  kernel-env prepare`` or ``reset``; the quickstart). What the project has
+  already (numpy, with the embedded model) is used from there, not copied. Without a network the env still
+  works; :meth:`KernelEnv.create` and :meth:`KernelEnv.prepare` return what
+  is missing, for one warning.
 
 A marker file is written last: an env without it (a creation cut short) is
 made again. Creation, reset and installs by the CLI hold a lock file beside
@@ -143,6 +145,16 @@ class KernelEnv:
             self._build(progress)
             if data_stack:
                 self._pip(["install", *(dist for dist, _ in DATA_STACK)], progress, quiet=True)
+        return self.missing()
+
+    def prepare(self, progress: Progress = log.info) -> list[str]:
+        """Make the env if it is not ready and install what of the data stack
+        it lacks, keeping what is in it (the quickstart); what it still lacks."""
+        self.ensure(progress)
+        missing = self.missing()
+        if missing:
+            with self._locked():
+                self._pip(["install", *missing], progress, quiet=True)
         return self.missing()
 
     def install(self, packages: Sequence[str], progress: Progress = log.info) -> None:
@@ -320,7 +332,7 @@ def resolve_kernel_python(setting: str, home: Path) -> tuple[str, KernelEnv | No
     missing = env.ensure()
     if missing:
         log.warning(
-            "the kernel environment %s lacks %s; install them with: recursa kernel-env reset",
+            "the kernel environment %s lacks %s; install them with: recursa kernel-env prepare",
             env.path,
             ", ".join(missing),
         )
