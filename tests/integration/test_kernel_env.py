@@ -21,7 +21,7 @@ import pytest
 from daemon_kit import fails, ok, recursa
 from recursa.config import load_config
 from recursa.errors import ConfigError, KernelError
-from recursa.kernel.sandbox import check_sandbox
+from recursa.kernel.sandbox import check_sandbox, interpreter_paths
 from recursa.kernel.venv import DATA_STACK, ENV_DIR_NAME, KernelEnv, resolve_kernel_python
 from recursa.models.faux import code, register_script, reply
 from recursa.protocol.events import CellFinished
@@ -236,3 +236,29 @@ def test_a_reset_is_refused_while_the_daemon_runs(home: Path, tmp_path: Path) ->
         assert (env.site_packages / "kept_here.py").exists()
     finally:
         ok(["daemon", "stop"], environ, tmp_path)
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap cannot run here")
+def test_code_a_kernel_planted_in_the_env_never_runs_outside_a_sandbox(
+    home: Path, tmp_path: Path
+) -> None:
+    """A kernel may write the env: a ``.pth`` there runs whenever its interpreter
+    starts. The daemon's view of the env and the CLI's pip must not start it
+    unconfined."""
+    _, env = resolve_kernel_python("managed", home)
+    assert env is not None
+    escaped = tmp_path / "escaped"
+    (env.site_packages / "zz_planted.pth").write_text(
+        f"import pathlib; pathlib.Path({str(escaped)!r}).write_text('ran')\n"
+    )
+    interpreter_paths.cache_clear()
+    paths = interpreter_paths(str(env.python))
+    assert env.path in paths and Path(sys.base_prefix) in paths
+    assert env.missing() == KernelEnv.of_home(home).missing()
+    package = wheel(tmp_path, "recursa_v_planted")
+    ok(["kernel-env", "add", "--no-index", str(package)], {**os.environ, **MANAGED}, tmp_path)
+    assert (env.site_packages / "recursa_v_planted.py").exists()  # pip ran, confined
+    assert not escaped.exists()
+    # Run unconfined, it would have run: the check above can fail.
+    subprocess.run([str(env.python), "-c", "pass"], check=True)
+    assert escaped.read_text() == "ran"

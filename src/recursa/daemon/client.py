@@ -347,11 +347,11 @@ def prepare_model(alias: str, config: Config, progress: Callable[[str], None]) -
 
 
 def kernel_env(config: Config) -> KernelEnv:
-    """The managed kernel environment of ``config.home`` (``recursa kernel-env``);
-    it needs no daemon."""
+    """The managed kernel environment of ``config.home`` (``recursa kernel-env``),
+    its pip run in the kernels' sandbox; it needs no daemon."""
     from recursa.kernel.venv import KernelEnv
 
-    return KernelEnv.of_home(config.home)
+    return KernelEnv.for_config(config)
 
 
 def install_command(alias: str) -> list[str]:

@@ -45,7 +45,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_args
@@ -53,6 +53,7 @@ from typing import get_args
 from recursa.config import DEFAULT_KERNEL_SANDBOX, SandboxKind
 from recursa.errors import KernelError
 from recursa.kernel.limits import KernelLimits, limit_argv
+from recursa.kernel.venv import managed_paths
 
 SANDBOX_KINDS: tuple[SandboxKind, ...] = get_args(SandboxKind)
 DEFAULT_SANDBOX: SandboxKind = DEFAULT_KERNEL_SANDBOX
@@ -236,6 +237,50 @@ def _shown_again(
     return wanted
 
 
+_TOOL_NAMESPACES = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent")
+"""A tool's sandbox (:func:`tool_prefix`) dies with the command that ran it."""
+
+
+def tool_prefix(
+    policy: SandboxPolicy, *, writable: Sequence[Path], readable: Sequence[Path], cwd: Path
+) -> list[str]:
+    """The argv that runs a tool of the harness (pip in the managed kernel
+    environment, on a person's request) under the kernels' confinement: the
+    filesystem read-only but ``writable``, a private ``/tmp``, the hidden
+    directories covered; ``cwd`` and ``readable`` (the files a person named)
+    shown read-only where a cover would hide them, unless that would show a
+    hidden directory; [] when kernels are not sandboxed. Raises
+    :class:`KernelError` in one line where the sandbox cannot work."""
+    if not policy.enabled:
+        return []
+    _, bwrap, _ = check_sandbox(policy.bwrap, network=policy.network)
+    hidden = {_real(p) for p in policy.hidden}
+    bound = tuple(sorted({_real(p) for p in writable}))
+    covered = (Path("/tmp"), *hidden)
+    mounts: list[tuple[Path, int, list[str]]] = [(Path("/tmp"), 0, ["--tmpfs", "/tmp"])]
+    mounts += [(p, 0, ["--tmpfs", str(p)]) for p in sorted(hidden)]
+    mounts += [(p, 1, ["--bind", str(p), str(p)]) for p in bound]
+    python = [p for p in bound if (p / "bin" / "python").exists()]
+    seen = tuple(managed_paths(str(python[0] / "bin" / "python")) or ()) if python else ()
+    here = _real(cwd)
+    visible = not any(h == here or h in here.parents for h in hidden)
+    named = tuple(
+        p for p in map(_real, readable) if not any(h == p or h in p.parents for h in hidden)
+    )
+    shown = (*seen, *named, here) if visible else (*seen, *named)
+    for path in _shown_again(shown, covered, bound):
+        mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    mounts.sort(key=lambda m: (len(m[0].parts), m[1], str(m[0])))
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for _, _, options in mounts:
+        args += options
+    args += list(_TOOL_NAMESPACES)
+    if not policy.network:
+        args.append("--unshare-net")
+    args += ["--chdir", str(here) if visible else "/", "--"]
+    return args
+
+
 _INTERPRETER_PROBE = (
     "import importlib.util, json, os, sys\n"
     "spec = importlib.util.find_spec('recursa')\n"
@@ -253,7 +298,14 @@ def interpreter_paths(python: str) -> tuple[Path, ...]:
     its ``sys.path`` and where recursa comes from (an editable checkout).
     Asked of the interpreter once per process (tens of milliseconds); an
     interpreter that cannot say gives nothing, and then fails to start the
-    kernel with its own message."""
+    kernel with its own message. A managed kernel environment's interpreter
+    is never run here, outside the sandbox: kernels write that env, so its
+    ``.pth`` files and even its ``bin/python`` may be theirs. Its paths are
+    this process's own, since the env is made from this interpreter
+    (:func:`recursa.kernel.venv.managed_paths`)."""
+    managed = managed_paths(python)
+    if managed is not None:
+        return managed
     try:
         done = subprocess.run(
             [python, "-c", _INTERPRETER_PROBE],
@@ -341,4 +393,5 @@ __all__ = [
     "interpreter_paths",
     "launch_prefix",
     "sandbox_env",
+    "tool_prefix",
 ]

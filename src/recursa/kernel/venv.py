@@ -30,8 +30,13 @@ never installs into the system Python. What the agent installs stays in the
 env, for later sessions. The sandbox binds the env read-write
 (:attr:`recursa.kernel.sandbox.SandboxPolicy.writable`).
 
-Listing the env (:meth:`KernelEnv.packages`) reads its metadata files and
-runs none of its code: a kernel may have written any of it.
+A kernel may have written any of the env (its ``.pth`` files, even
+``bin/python``), so the harness never runs the env's interpreter outside a
+sandbox on its own: listing it (:meth:`KernelEnv.packages`), checking the
+data stack (:meth:`KernelEnv.missing`) and the sandbox's view of it
+(:func:`managed_paths`) read files and run none of its code. What the CLI
+runs in it on a person's request (pip, for ``add`` and ``prepare``) runs
+behind ``confine``: the kernels' sandbox, when they have one.
 """
 
 from __future__ import annotations
@@ -47,10 +52,12 @@ import site
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.parser import HeaderParser
+from importlib.machinery import PathFinder
 from pathlib import Path
 
+from recursa.config import Config
 from recursa.errors import KernelError
 
 log = logging.getLogger(__name__)
@@ -96,10 +103,32 @@ class KernelEnv:
 
     path: Path
     base_python: str = sys.executable
+    confine: Callable[[Sequence[Path]], list[str]] | None = None
+    """The argv prefix that runs pip in the env (:meth:`install`,
+    :meth:`prepare`) under the kernels' sandbox, given the files pip must
+    read; None: unconfined."""
 
     @classmethod
     def of_home(cls, home: Path) -> KernelEnv:
         return cls(Path(os.path.abspath(home)) / ENV_DIR_NAME)
+
+    @classmethod
+    def for_config(cls, config: Config) -> KernelEnv:
+        """The env of ``config.home`` as a person's command uses it: its pip
+        runs in the sandbox ``[kernel]`` gives kernels, since what it runs
+        (the env's interpreter and ``.pth`` files) may be a kernel's."""
+        from recursa.kernel.sandbox import SandboxPolicy, tool_prefix
+
+        policy = SandboxPolicy(
+            kind=config.kernel.sandbox, network=config.kernel.network, hidden=(config.home,)
+        )
+        env = cls.of_home(config.home)
+        return replace(
+            env,
+            confine=lambda readable: tool_prefix(
+                policy, writable=(env.path,), readable=readable, cwd=Path.cwd()
+            ),
+        )
 
     @property
     def bin(self) -> Path:
@@ -169,29 +198,14 @@ class KernelEnv:
                 raise KernelError(f"pip could not install {named} into {self.path} (see above)")
 
     def missing(self) -> list[str]:
-        """The distributions of :data:`DATA_STACK` whose module the env's
-        interpreter does not find (asked of it; [] for an env not made)."""
+        """The distributions of :data:`DATA_STACK` whose module a kernel would
+        not find: looked up in the env's site-packages and then this
+        interpreter's path, as the env's ``.pth`` orders them, without
+        running the env's interpreter ([] for an env not made)."""
         if not self.python.exists():
             return []
-        probe = (
-            "import importlib.util, json, sys\n"
-            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))"
-        )
-        modules = {module: dist for dist, module in DATA_STACK}
-        try:
-            done = subprocess.run(
-                [str(self.python), "-c", probe, *modules],
-                capture_output=True,
-                timeout=CREATE_TIMEOUT,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-            absent = json.loads(done.stdout)
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            return [dist for dist, _ in DATA_STACK]
-        if not isinstance(absent, list):
-            return [dist for dist, _ in DATA_STACK]
-        return [modules[m] for m in absent if m in modules]
+        path = [str(self.site_packages), *(p for p in sys.path if os.path.isabs(p))]
+        return [dist for dist, module in DATA_STACK if PathFinder.find_spec(module, path) is None]
 
     def _build(self, progress: Progress) -> None:
         if self.path.exists() or self.path.is_symlink():
@@ -249,6 +263,11 @@ class KernelEnv:
             argv.append("--quiet")
         progress("$ " + " ".join(argv))
         env = {**os.environ, "PIP_REQUIRE_VIRTUALENV": "1", "VIRTUAL_ENV": str(self.path)}
+        prefix = self.confine(_named_paths(args)) if self.confine is not None else []
+        if prefix:
+            argv = [*prefix, *argv]
+            # The home directory is read-only inside: pip's cache goes to the private /tmp.
+            env["XDG_CACHE_HOME"] = "/tmp/.cache"
         try:
             proc = subprocess.Popen(
                 argv,
@@ -339,6 +358,23 @@ def resolve_kernel_python(setting: str, home: Path) -> tuple[str, KernelEnv | No
     return str(env.python), env
 
 
+def managed_paths(python: str) -> tuple[Path, ...] | None:
+    """What a managed env's interpreter ``python`` reads, worked out here
+    without running it (None when ``python`` is not a managed env's): the
+    env, the base interpreter's prefixes, and this interpreter's ``sys.path``
+    (its standard library, and the project's site-packages and recursa's
+    source, which the env's ``.pth`` adds)."""
+    env = Path(python).parent.parent
+    if Path(python).name != "python" or not (env / MARKER).is_file():
+        return None
+    paths = [str(env), sys.base_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable)]
+    paths += [p for p in sys.path if os.path.isabs(p)]
+    spec = importlib.util.find_spec("recursa")
+    if spec is not None and spec.origin:
+        paths.append(os.path.dirname(os.path.dirname(spec.origin)))
+    return tuple(Path(p) for p in dict.fromkeys(paths))
+
+
 def _pth_lines() -> str:
     """The env's ``.pth``: the project's site directories (each with its own
     ``.pth`` files: an editable install's finder) and recursa's source when
@@ -350,6 +386,16 @@ def _pth_lines() -> str:
         if not any(source == d for d in dirs):
             dirs.append(source)
     return "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n"
+
+
+def _named_paths(args: Sequence[str]) -> list[Path]:
+    """The existing files and directories among pip's arguments (``--opt=PATH`` too)."""
+    found = []
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value and os.path.exists(value):
+            found.append(Path(os.path.abspath(value)))
+    return found
 
 
 def _record_size(info: Path) -> int:
@@ -388,5 +434,6 @@ __all__ = [
     "ENV_DIR_NAME",
     "KernelEnv",
     "Package",
+    "managed_paths",
     "resolve_kernel_python",
 ]
