@@ -379,7 +379,10 @@ def _pth_lines() -> str:
     """The env's ``.pth``: the project's site directories (each with its own
     ``.pth`` files: an editable install's finder) and recursa's source when
     it is found elsewhere, added after the env's own site-packages."""
-    dirs = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:  # recursa installed with pip install --user
+        dirs.append(site.getusersitepackages())
+    dirs = [p for p in dirs if os.path.isdir(p)]
     spec = importlib.util.find_spec("recursa")
     if spec is not None and spec.origin:
         source = os.path.dirname(os.path.dirname(spec.origin))
