@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recursa.errors import KernelError
-from recursa.kernel.sandbox import KernelView, SandboxPolicy, bwrap_args
+from recursa.kernel.sandbox import KernelView, SandboxPolicy, bwrap_args, check_sandbox, tool_prefix
 
 
 def mounts(args: list[str]) -> list[tuple[str, str]]:
@@ -64,3 +64,32 @@ def test_no_writable_directory_binds_nothing_more(tmp_path: Path) -> None:
         ("--bind", str(tmp_path / "w")),
         ("--bind", str(home / "kernels" / "kernel-1-ab")),
     ]
+
+
+def _bwrap_works() -> bool:
+    try:
+        check_sandbox("bwrap", network=True)
+    except KernelError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _bwrap_works(), reason="bubblewrap cannot run here")
+def test_the_clis_pip_sees_the_env_writable_and_the_named_files_read_only(
+    tmp_path: Path,
+) -> None:
+    home, env = tmp_path / "home", tmp_path / "home" / "kernel-env"
+    wheel = tmp_path / "pkg-0.1-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    policy = SandboxPolicy(kind="bwrap", hidden=(home,))
+    args = tool_prefix(policy, writable=(env,), readable=(wheel, home / "x"), cwd=tmp_path)
+    order = mounts(args)
+    position = {m: i for i, m in enumerate(order)}
+    assert position[("--tmpfs", str(home))] < position[("--bind", str(env))]
+    assert ("--ro-bind", str(wheel)) in position
+    # The working directory holds the home: it is not shown, nor what lies in the home.
+    assert ("--ro-bind", str(tmp_path)) not in position
+    assert ("--ro-bind", str(home / "x")) not in position
+    assert args[-3:] == ["--chdir", "/", "--"]  # pip is given absolute paths
+    assert "--die-with-parent" in args
+    assert tool_prefix(SandboxPolicy(kind="none"), writable=(env,), readable=(), cwd=tmp_path) == []

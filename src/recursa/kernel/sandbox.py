@@ -268,8 +268,14 @@ def tool_prefix(
         p for p in map(_real, readable) if not any(h == p or h in p.parents for h in hidden)
     )
     shown = (*seen, *named, here) if visible else (*seen, *named)
-    for path in _shown_again(shown, covered, bound):
+    again = _shown_again(shown, covered, bound)
+    for path in again:
         mounts.append((path, 1, ["--ro-bind", str(path), str(path)]))
+    # The working directory where it is seen, else "/" (the arguments naming
+    # files are absolute: KernelEnv makes them so).
+    seen_here = not any(c == here or c in here.parents for c in covered) or any(
+        p == here or p in here.parents for p in (*again, *bound)
+    )
     mounts.sort(key=lambda m: (len(m[0].parts), m[1], str(m[0])))
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for _, _, options in mounts:
@@ -277,7 +283,7 @@ def tool_prefix(
     args += list(_TOOL_NAMESPACES)
     if not policy.network:
         args.append("--unshare-net")
-    args += ["--chdir", str(here) if visible else "/", "--"]
+    args += ["--chdir", str(here) if seen_here else "/", "--"]
     return args
 
 
