@@ -44,7 +44,8 @@ The file, field by field::
     network = true                      # false: a sandboxed kernel has no network
     python = "managed"                  # the kernels' Python: "managed" (a venv recursa owns,
                                         # $RECURSA_HOME/kernel-env), "project" (recursa's own
-                                        # interpreter) or an absolute path to one
+                                        # interpreter) or an absolute path to one;
+                                        # RECURSA_KERNEL_PYTHON overrides it
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
