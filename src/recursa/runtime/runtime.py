@@ -127,12 +127,13 @@ class Runtime:
         retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> Runtime:
         """Open the store under ``config.home`` and start keeping ``warm_kernels`` ready."""
-        store = Store.open(config.home / DB_FILE_NAME)
-        tasks = Supervisor("runtime", logger=log)
-        # The managed env is made here on first use (a quarter of a second).
+        # The managed env is made here on first use (a quarter of a second);
+        # before the store, so that a failure leaves nothing open.
         python, env = await asyncio.to_thread(
             resolve_kernel_python, config.kernel.python, config.home
         )
+        store = Store.open(config.home / DB_FILE_NAME)
+        tasks = Supervisor("runtime", logger=log)
         kernels = KernelPool(
             env.kernel_environment(config.kernel.env) if env else config.kernel.env,
             python=python,
