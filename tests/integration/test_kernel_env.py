@@ -75,6 +75,7 @@ def finds(python: str, module: str) -> bool:
 def test_a_managed_env_is_made_on_first_use_and_lets_its_own_packages_win(home: Path) -> None:
     python, env = resolve_kernel_python("managed", home)
     assert env is not None and env.path == home / ENV_DIR_NAME
+    assert home.stat().st_mode & 0o777 == 0o700  # a home made here is private
     assert python == str(env.path / "bin" / "python") and env.ready()
     # ipykernel and recursa come from the project; sys.executable is the env's.
     probe = (

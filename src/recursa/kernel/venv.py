@@ -212,7 +212,6 @@ class KernelEnv:
             progress(f"removing {self.path}")
             _remove(self.path)
         progress(f"creating the kernel environment {self.path}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._run([self.base_python, "-m", "venv", "--without-pip", str(self.path)], "venv")
         self.site_packages.mkdir(parents=True, exist_ok=True)
         (self.site_packages / PTH_NAME).write_text(_pth_lines(), encoding="utf-8")
@@ -293,7 +292,7 @@ class KernelEnv:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _private_dirs(self.path.parent)
         lock = self.path.parent / f"{self.path.name}.lock"
         with lock.open("a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -437,6 +436,19 @@ def _tree_size(root: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _private_dirs(directory: Path) -> None:
+    """Make ``directory`` (the home) and its missing parents, mode 0700; what
+    exists is left as it is."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+            os.chmod(path, 0o700)  # mkdir's mode passes through the umask
 
 
 def _remove(path: Path) -> None:
