@@ -25,8 +25,11 @@ A prompt the provider still finds too long gets the same error.
 
 At most ``[agents] llm_concurrency`` calls of one session are in flight at
 once; the others wait for a place. The embedded llama.cpp model is one
-object per process whose generations take its lock in turn, so on
-``local/...`` the calls run one at a time whatever the concurrency.
+object per process whose generations hold its lock from the first prompt
+token to the last reply token (:mod:`recursa.models.local.engine`), so on
+``local/...`` the calls run one at a time whatever the concurrency: a
+session's local calls get one place, so the waiting ones hold no worker
+thread and reserve no budget before their turn.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from recursa.errors import ProviderError, UsageError, one_line
+from recursa.models.registry import parse_ref
 from recursa.models.types import Done, Failed, Request, UserMessage
 from recursa.protocol.calls import Refused
 from recursa.protocol.events import Event, ModelUsage, Notice
@@ -43,6 +47,8 @@ from recursa.protocol.kernel_ops import LlmCall, LlmReply
 if TYPE_CHECKING:
     from recursa.runtime.runtime import Runtime
 
+LOCAL = "local"
+"""The provider of the embedded llama.cpp models."""
 DEFAULT_SYSTEM = "You are a helpful assistant. Answer the request directly and concisely."
 """The system prompt of a call that names none."""
 DEFAULT_REPLY_TOKENS = 1024
@@ -62,7 +68,7 @@ class LightCalls:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._places: dict[str, asyncio.Semaphore] = {}
+        self._places: dict[tuple[str, bool], asyncio.Semaphore] = {}
 
     async def call(self, caller: str, request: LlmCall) -> LlmReply:
         """One light call for ``caller``; its reply. Raises ``UsageError`` for a
@@ -99,7 +105,7 @@ class LightCalls:
             messages=(UserMessage(request.prompt),),
             max_output_tokens=cap,
         )
-        async with self._place(caller):
+        async with self._place(caller, local=parse_ref(model).provider == LOCAL):
             ended = await gateway.complete(call, record)
         match ended.outcome:
             case Done(message=message, stop_reason=stop):
@@ -126,11 +132,13 @@ class LightCalls:
             case Refused(detail=detail):
                 raise ProviderError("aborted", f"llm(): the call was refused: {detail}")
 
-    def _place(self, caller: str) -> asyncio.Semaphore:
-        place = self._places.get(caller)
+    def _place(self, caller: str, *, local: bool) -> asyncio.Semaphore:
+        """The caller's places for calls in flight (one for the embedded model)."""
+        key = (caller, local)
+        place = self._places.get(key)
         if place is None:
-            place = asyncio.Semaphore(self.runtime.config.agents.llm_concurrency)
-            self._places[caller] = place
+            place = asyncio.Semaphore(1 if local else self.runtime.config.agents.llm_concurrency)
+            self._places[key] = place
         return place
 
 
