@@ -8,9 +8,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from recursa.config import AgentsConfig
+from recursa.config import AgentsConfig, Limits
 from recursa.models.faux import code, fault, per_session, register_script, reply
-from recursa.models.types import Request
+from recursa.models.types import Request, Usage
 from recursa.protocol.events import CellFinished, ModelUsage, Notice
 from recursa.runtime import Runtime
 from recursa.runtime.light_calls import DEFAULT_SYSTEM
@@ -196,6 +196,34 @@ async def test_a_spent_budget_refuses_the_call_in_the_cell(home: Path, tmp_path:
         assert "1 model calls are spent" in out and out.count("\n") == 1
         assert helper.requests == []
         assert [u.kind for u in usages(runtime, child.id)] == ["call"]
+
+
+async def test_the_turns_token_limit_counts_llm_calls_and_caps_their_replies(
+    home: Path, tmp_path: Path
+) -> None:
+    cell = (
+        "print(await llm('first'))\n"
+        "try:\n    await llm('second')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)"
+    )
+    script = register_script(
+        "metered",
+        [
+            code(cell, usage=Usage(100, 10)),
+            reply("one", usage=Usage(30, 20)),
+            reply("done", usage=Usage(5, 5)),
+        ],
+    )
+    async with make_runtime(home, limits=Limits(max_tokens=150)) as runtime:
+        session = await runtime.create_session(model="faux/metered", cwd=tmp_path)
+        end = await asyncio.wait_for(session.ask("go"), TIMEOUT)
+        assert end is not None and end.answer == "done"
+        assert script.requests[1].max_output_tokens == 40  # 150 less the step's 110
+        assert len(script.requests) == 3  # the second llm() was never sent
+        assert outputs(runtime, session.id) == [
+            "one\nModelUnavailable llm(): the call was refused: this turn used 160 tokens,"
+            " over the limit of 150 (--max-tokens)\n"
+        ]
 
 
 async def test_bad_arguments_and_failures_are_one_line_errors_in_the_cell(

@@ -21,7 +21,10 @@ model is ``ModelUnavailable``); the reply cap is at most
 :data:`MAX_REPLY_TOKENS`; the prompt, estimated at four characters a
 token, must leave room in the model's window for at least
 :data:`MIN_REPLY_TOKENS` of reply (the reply cap shrinks to what is left).
-A prompt the provider still finds too long gets the same error.
+A prompt the provider still finds too long gets the same error. The
+caller's ``[limits] max_tokens`` (``--max-tokens``) holds for its turn's
+tokens, its steps' and its light calls' together: a call is refused once the
+turn has used them, and its reply cap is cut to what is left.
 
 At most ``[agents] llm_concurrency`` calls of one session are in flight at
 once; the others wait for a place. The embedded llama.cpp model is one
@@ -43,6 +46,7 @@ from recursa.models.types import Done, Failed, Request, UserMessage
 from recursa.protocol.calls import Refused
 from recursa.protocol.events import Event, ModelUsage, Notice
 from recursa.protocol.kernel_ops import LlmCall, LlmReply
+from recursa.store import history
 
 if TYPE_CHECKING:
     from recursa.runtime.runtime import Runtime
@@ -80,8 +84,18 @@ class LightCalls:
         info = runtime.providers.info(model)
         system = request.system if request.system and request.system.strip() else DEFAULT_SYSTEM
         cap = reply_cap(request.max_tokens, request.prompt, system, info.context_window, model)
-        gateway = runtime.accounts.gateway(caller, model)
         session = runtime.get(caller)
+        limit = session.deps.limits.max_tokens
+        if limit is not None:
+            used = history.turn_tokens(runtime.store, caller)
+            if used >= limit:
+                raise ProviderError(
+                    "aborted",
+                    f"llm(): the call was refused: this turn used {used:,} tokens, over the "
+                    f"limit of {limit:,} (--max-tokens)",
+                )
+            cap = min(cap, limit - used)
+        gateway = runtime.accounts.gateway(caller, model)
 
         def record(event: Event) -> object:
             if isinstance(event, ModelUsage):
