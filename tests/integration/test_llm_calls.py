@@ -254,7 +254,7 @@ async def test_bad_arguments_and_failures_are_one_line_errors_in_the_cell(
         "await show(llm('fits', model='faux/tiny'))\n"
         "try:\n"
         "    await llm.batch(['one', 'bad', 'three'], model='faux/flaky')\n"
-        "except Exception as exc:\n"
+        "except llm.BatchError as exc:\n"
         "    print(type(exc).__name__ + ':', exc)\n"
         "    print(exc.results, sorted(exc.errors))\n"
     )

@@ -54,15 +54,18 @@ class Llm:
         16384). A prompt too long for the model's window is an error: split it.
     ``texts = await llm.batch(prompts, concurrency=4, model=None, system=None, max_tokens=None)``
         The replies, in the order of ``prompts`` (at most 1000), with at most
-        ``concurrency`` calls in flight. If any prompt fails, LlmBatchError
-        is raised after all were tried; its ``results`` keeps the replies
-        (None where one failed) and ``errors`` the failures by index.
+        ``concurrency`` calls in flight. If any prompt fails, ``llm.BatchError``
+        is raised once all were tried: its ``results`` keeps the replies (None
+        where one failed), its ``errors`` the failures by index.
     Each call counts in your usage and budgets and shows in your transcript.
     Example over a long text: ``parts = [context[i:i + 8000] for i in
     range(0, len(context), 8000)]``, then
     ``answers = await llm.batch([f"Find X in:\\n{p}" for p in parts])``.
     On the embedded local model the calls run one at a time.
     """
+
+    BatchError = LlmBatchError
+    """What ``llm.batch`` raises when some prompts failed: ``except llm.BatchError as e``."""
 
     async def __call__(
         self,
