@@ -59,6 +59,7 @@ The file, field by field::
     max_message_chars = 65536           # one agent message
     max_pending = 200                   # messages waiting for one session
     messages_per_minute = 120           # one session's send rate
+    llm_concurrency = 8                 # llm() calls of one session in flight at once
 
     [harness]
     review_skill = "human"              # who reviews global entries: "human", "model" or "none"
@@ -137,6 +138,8 @@ MAX_CHILDREN = 100_000
 DEFAULT_MAX_MESSAGE_CHARS = 65536
 DEFAULT_MAX_PENDING = 200
 DEFAULT_MESSAGES_PER_MINUTE = 120
+DEFAULT_LLM_CONCURRENCY = 8
+MAX_LLM_CONCURRENCY = 64
 DEFAULT_SNAPSHOT_MAX_MB = 1024
 DEFAULT_MAX_KERNELS = 64
 
@@ -249,6 +252,8 @@ class AgentsConfig:
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_pending: int = DEFAULT_MAX_PENDING
     messages_per_minute: int = DEFAULT_MESSAGES_PER_MINUTE
+    llm_concurrency: int = DEFAULT_LLM_CONCURRENCY
+    """``llm()`` calls of one session in flight at once; the rest wait their turn."""
 
 
 ReviewPolicy = Literal["human", "model", "none"]
@@ -463,6 +468,7 @@ class AgentsTable(_Table):
     max_message_chars: Annotated[int, within(1, 100_000_000)] = DEFAULT_MAX_MESSAGE_CHARS
     max_pending: Annotated[int, within(1, 1_000_000)] = DEFAULT_MAX_PENDING
     messages_per_minute: Annotated[int, within(1, 1_000_000)] = DEFAULT_MESSAGES_PER_MINUTE
+    llm_concurrency: Annotated[int, within(1, MAX_LLM_CONCURRENCY)] = DEFAULT_LLM_CONCURRENCY
 
 
 class HarnessTable(_Table):

@@ -1,6 +1,8 @@
 """The kernel-side API: what the model finds pre-imported in its kernel.
 
 - :data:`rlm` (:mod:`recursa.api.rlm`): start sub-agents, get handles to them;
+- :data:`llm` (:mod:`recursa.api.llm`): light model calls (a prompt in, the
+  reply's text out), accounted to this session;
 - :data:`agent_message` (:mod:`recursa.api.messages`): messages to and from
   the other agents of the tree, and this session's inbox;
 - :data:`harness` and :data:`refine` (:mod:`recursa.api.harness`): the
@@ -37,19 +39,31 @@ from typing import Any
 from recursa.api.goals import GoalApi, HeartbeatApi, goal, heartbeat
 from recursa.api.harness import HarnessApi, Refiner, harness, refine
 from recursa.api.history import Compact, History, compact, history
+from recursa.api.llm import Llm, LlmBatchError, llm
 from recursa.api.messages import AgentMessenger, Message, agent_message
 from recursa.api.rlm import Rlm, SubagentHandle, rlm
 from recursa.errors import SubagentFailed
 
-NAMES = ("rlm", "agent_message", "harness", "refine", "goal", "heartbeat", "history", "compact")
+NAMES = (
+    "rlm",
+    "llm",
+    "agent_message",
+    "harness",
+    "refine",
+    "goal",
+    "heartbeat",
+    "history",
+    "compact",
+)
 """What :func:`install` binds."""
 
 
 def install(namespace: dict[str, Any]) -> None:
-    """Bind :data:`NAMES` (``rlm``, ``agent_message``, ``harness``, ``refine``, ``goal``,
+    """Bind :data:`NAMES` (``rlm``, ``llm``, ``agent_message``, ``harness``, ``refine``, ``goal``,
     ``heartbeat``, ``history``, ``compact``) into ``namespace`` (a kernel's user
     namespace, at its start)."""
     namespace["rlm"] = rlm
+    namespace["llm"] = llm
     namespace["agent_message"] = agent_message
     namespace["harness"] = harness
     namespace["refine"] = refine
@@ -67,6 +81,8 @@ __all__ = [
     "HarnessApi",
     "HeartbeatApi",
     "History",
+    "Llm",
+    "LlmBatchError",
     "Message",
     "Refiner",
     "Rlm",
@@ -79,6 +95,7 @@ __all__ = [
     "heartbeat",
     "history",
     "install",
+    "llm",
     "refine",
     "rlm",
 ]

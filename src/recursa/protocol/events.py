@@ -110,7 +110,9 @@ class ModelUsage:
     """Usage of one model call. ``cost`` is USD, None when the price is unknown.
     ``estimated``: the provider reported no usage; the counts are estimates.
     ``step`` is the turn's step (1, 2, ...) for a call that sees the session's
-    context; 0 for a call outside it (a compaction summary, a refinement)."""
+    context; 0 for a call outside it (a compaction summary, a refinement).
+    ``kind`` is ``llm`` for a call the session's kernel made with ``llm()``
+    (step 0), ``call`` for every other."""
 
     model: str
     input_tokens: int
@@ -121,6 +123,7 @@ class ModelUsage:
     cost: float | None = None
     latency: float = 0.0
     step: int = 0
+    kind: Literal["call", "llm"] = "call"
     type: Literal["model_usage"] = "model_usage"
 
 

@@ -21,7 +21,7 @@ from recursa.protocol.control import (
     ScheduleMode,
     UpdateSchedule,
 )
-from recursa.protocol.fields import FilledName, Name, Text, Wait
+from recursa.protocol.fields import FilledName, FilledText, Name, Positive, Text, Wait
 from recursa.protocol.history import (
     CompactReply,
     CompactRequest,
@@ -47,6 +47,8 @@ from recursa.protocol.wire import (
 
 REFINE_TIMEOUT = 600.0
 COMPACT_TIMEOUT = 600.0
+LLM_TIMEOUT = 900.0
+"""How long a kernel waits for one ``llm()`` reply (a slow local model included)."""
 
 
 # -- requests and replies -------------------------------------------------------------------
@@ -107,6 +109,33 @@ class JobUpdate:
     @property
     def update(self) -> UpdateSchedule:
         return UpdateSchedule(prompt=self.prompt, spec=self.spec, mode=self.mode, label=self.label)
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """``llm(prompt, model=..., system=..., max_tokens=...)``: one model call with
+    no tools, on behalf of the caller. ``model`` None: the caller's own model;
+    ``system`` None: a short default; ``max_tokens`` None: the host's default
+    reply cap (never above its maximum)."""
+
+    prompt: FilledText
+    model: FilledName | None = None
+    system: Text | None = None
+    max_tokens: Positive | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmReply:
+    """The reply to an :class:`LlmCall`: its text, the model that wrote it, its
+    tokens and cost (USD; None when the price is unknown). ``cut_off``: the
+    reply stopped at its token cap."""
+
+    text: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+    cut_off: bool = False
 
 
 # -- the rows -------------------------------------------------------------------------------
@@ -186,6 +215,11 @@ COMPACT = Operation[CompactRequest, CompactReply](
     "compact", "POST", "/compact", CompactRequest, CompactReply, K,
     "compact.run: compact the caller's context now (a model call).", timeout=COMPACT_TIMEOUT,
 )  # fmt: skip
+LLM = Operation[LlmCall, LlmReply](
+    "llm", "POST", "/llm", LlmCall, LlmReply, K,
+    "llm(): one model call with no tools, accounted to the caller; its reply.",
+    timeout=LLM_TIMEOUT,
+)  # fmt: skip
 CALLER_GOAL = Operation[None, GoalInfo | None](
     "caller_goal", "GET", "/goal", None, GoalInfo | None, K, "goal.get: the caller's goal.",
 )  # fmt: skip
@@ -212,6 +246,7 @@ HEARTBEAT_DELETE = Operation[JobLabel, ScheduleInfo](
 
 __all__ = [
     "COMPACT_TIMEOUT",
+    "LLM_TIMEOUT",
     "REFINE_TIMEOUT",
     "CellOutput",
     "CellRef",
@@ -220,5 +255,7 @@ __all__ = [
     "InboxWait",
     "JobLabel",
     "JobUpdate",
+    "LlmCall",
+    "LlmReply",
     "TurnRef",
 ]

@@ -33,6 +33,8 @@ from recursa.protocol.kernel_ops import (
     InboxWait,
     JobLabel,
     JobUpdate,
+    LlmCall,
+    LlmReply,
     TurnRef,
 )
 from recursa.protocol.person_ops import Diff, DiffQuery, EntryRef, HarnessQuery
@@ -48,17 +50,19 @@ from recursa.protocol.wire import (
     RefineRequest,
     Spawn,
 )
+from recursa.runtime.light_calls import LightCalls
 from recursa.runtime.runtime import Runtime
 from recursa.store import history
 
 
 class KernelApi:
-    """Sub-agents, messages, the harness, history, goals and heartbeats, for
-    the session whose kernel calls."""
+    """Sub-agents, messages, light model calls, the harness, history, goals and
+    heartbeats, for the session whose kernel calls."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.store = runtime.store
+        self.light = LightCalls(runtime)
 
     # ---------------------------------------------------- the kernel-side API
 
@@ -164,6 +168,9 @@ class KernelApi:
         if text is None:
             raise NotFound(f"this session has no cell {request.cell}")
         return CellOutput(request.cell, text)
+
+    async def llm(self, caller: str, request: LlmCall) -> LlmReply:
+        return await self.light.call(caller, request)
 
     async def compact(self, caller: str, request: CompactRequest) -> CompactReply:
         return await self.runtime.get(caller).compact(request.instructions)

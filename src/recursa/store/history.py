@@ -228,6 +228,17 @@ def running_step(store: Store, session_id: str) -> set[int]:
     return {reply, *running.values()}
 
 
+def turn_tokens(store: Store, session_id: str) -> int:
+    """Tokens (input and output) of the model calls of the session's latest
+    turn: its steps, and the calls its cells made (``llm()``)."""
+    row = store.execute(
+        "SELECT total(input_tokens + output_tokens) FROM usage WHERE session_id = ? AND seq > "
+        "(SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ? AND type = 'turn_started')",
+        (session_id, session_id),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _cell_events(store: Store, session_id: str, cells: list[int]) -> Iterator[EventRecord]:
     for at in range(0, len(cells), _CHUNK):
         chunk = cells[at : at + _CHUNK]
@@ -264,4 +275,4 @@ def _like(query: str) -> str | None:
     return f"%{escaped}%"
 
 
-__all__ = ["TurnIndex", "recent", "running_step", "search", "turn", "turn_index"]
+__all__ = ["TurnIndex", "recent", "running_step", "search", "turn", "turn_index", "turn_tokens"]
