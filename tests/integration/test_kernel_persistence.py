@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -336,6 +336,45 @@ async def test_a_kernel_that_does_not_answer_is_stopped_not_attached(
     assert "\n" not in str(info.value)
     await exited(orphan.pid)
     assert not orphan.connection_file.exists()
+
+
+async def until(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    """Poll ``condition`` on the event loop until true; fail after ``seconds``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not condition():
+        if loop.time() > deadline:
+            pytest.fail(f"not within {seconds:g} s: {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_a_shutdown_cancelled_midway_still_ends_the_kernel(
+    config: Config, workdir: Path, tmp_path: Path
+) -> None:
+    """Nobody else would stop it: a kernel pool closing cancels the shutdowns
+    of the spares it discards, and the cancelled shutdown is marked done."""
+    kernel = Kernel(workdir, config.kernel.env, runtime_dir=tmp_path / "rt")
+    await kernel.start()
+    pid = kernel.pid
+    assert pid is not None
+    # Asked to shut down, the kernel says so in a file, then takes a minute to
+    # exit: the shutdown is surely waiting on it when it is cancelled.
+    exiting = tmp_path / "exiting"
+    setup = (
+        "import atexit, time\n"
+        f"atexit.register(lambda: (open({str(exiting)!r}, 'w').close(), time.sleep(60)))\n"
+    )
+    assert (await kernel.execute(setup, timeout=30)).status == "ok"
+    stopping = asyncio.create_task(kernel.shutdown())
+    await until(exiting.exists, "the kernel began to exit")
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert not alive(pid)
+    assert not kernel.connection_file.exists()
+    await kernel.shutdown()  # done already: nothing more to do
+    with pytest.raises(KernelError, match="shut down"):
+        await kernel.execute("1", timeout=10)
 
 
 async def test_attach_refuses_what_is_not_that_kernel(

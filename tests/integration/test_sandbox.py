@@ -79,6 +79,14 @@ def marked(marker: str) -> list[psutil.Process]:
     return found
 
 
+def lives(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is running and not a zombie."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def wait_for(condition: object, seconds: float, what: str) -> float:
     """Poll ``condition`` until true; the seconds it took. Fails after ``seconds``."""
     assert callable(condition)
@@ -457,6 +465,38 @@ async def test_spares_are_bound_to_one_workspace_and_others_get_a_fresh_kernel(
         finally:
             await a.shutdown()
             await b.shutdown()
+
+
+async def test_closing_the_pool_right_after_it_discards_a_spare_leaves_no_kernel(
+    home: Path, tmp_path: Path
+) -> None:
+    """The discard is a background task, which the close cancels, maybe before
+    it began: the close stops that spare itself, and waits until it is gone."""
+    first = tmp_path / "first"
+    second = tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    pool = KernelPool(kernel_env(), size=1, runtime_dir=home / "kernels", sandbox=policy(home))
+    try:
+        pool.expect(first)
+        await pool.fill()
+        assert pool.ready == 1
+        spare = [p for p in me.children(recursive=True) if p.pid not in before]
+        assert spare
+        pool.expect(second)  # the spare bound to `first` is discarded, in the background
+    finally:
+        await pool.aclose()
+    # Killed as a group: the sandbox's inner processes may take a moment to go.
+    # Not ours to reap, so alive means: not a zombie.
+    try:
+        wait_for(lambda: not [p for p in spare if lives(p)], 10, "the spare's processes gone")
+    finally:
+        for proc in spare:
+            if lives(proc):
+                proc.kill()
+    assert list((home / "kernels").glob("*.json")) == []
 
 
 async def test_a_runtimes_kernels_are_sandboxed_by_default(home: Path, tmp_path: Path) -> None:

@@ -236,6 +236,33 @@ def test_a_bounded_writer_sends_what_it_holds_past_the_chunk() -> None:
     assert streams.held(object()) == 0
 
 
+class SendsFirst:
+    """A stream's lock that the IOPub thread gets just before the caller: it
+    swaps in new buffers and closes the old ones, as ipykernel's flush does."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.inner = threading.Lock()
+
+    def __enter__(self) -> None:
+        old, self.stream._buffers = self.stream._buffers, {}
+        for buffer in old.values():
+            buffer.close()
+        self.inner.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.inner.release()
+
+
+def test_held_reads_the_buffers_the_iopub_thread_left() -> None:
+    # A flooding cell died of "I/O operation on closed file" when a flush came
+    # between reading the buffers and taking the lock.
+    stream = Stream()
+    stream.write("12345")
+    stream._buffer_lock = SendsFirst(stream)  # type: ignore[assignment]
+    assert streams.held(stream) == 0
+
+
 def test_a_drain_forwards_what_the_pipe_holds_and_keeps_characters_whole(
     pipe: tuple[int, int],
 ) -> None:

@@ -141,11 +141,12 @@ def _no_tee(shell: Any) -> None:
 def held(stream: Any) -> int:
     """Characters ``stream`` holds, not yet sent; 0 for a stream of another kind."""
     lock = getattr(stream, "_buffer_lock", None)
-    buffers = getattr(stream, "_buffers", None)
-    if lock is None or not isinstance(buffers, dict):
+    if lock is None or not isinstance(getattr(stream, "_buffers", None), dict):
         return 0
     with lock:
-        return sum(buffer.tell() for buffer in buffers.values())
+        # Read under the lock: the IOPub thread swaps in a new dict under it,
+        # then closes the old one's buffers (a closed buffer's tell() raises).
+        return sum(buffer.tell() for buffer in stream._buffers.values())
 
 
 def hold_back(stream: Any, chunk_chars: int) -> None:

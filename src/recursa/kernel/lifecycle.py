@@ -373,14 +373,44 @@ class KernelProcess:
     async def stop(self, *, graceful: bool, keep_connection_file: bool = False) -> None:
         """Stop the process (asking first when ``graceful``) and release
         everything attached to it. Safe to call with no process. The process
-        need not be our child: one that ignores the request is killed by pid."""
+        need not be our child: one that ignores the request is killed by pid.
+
+        Cancelled, it still ends the process before the cancellation goes on:
+        the process is killed at once (before anything else is awaited), then
+        released as without ``graceful``. Nobody else would stop it.
+        """
+        try:
+            await self._stop(graceful=graceful, keep_connection_file=keep_connection_file)
+        except asyncio.CancelledError:
+            self._kill_now()
+            await self._stop(graceful=False, keep_connection_file=keep_connection_file)
+            raise
+
+    def _kill_now(self) -> None:
+        """Close the channels and send SIGKILL to the process group, without
+        waiting: if :meth:`stop` is cancelled again while it waits for the
+        exit, at most files are left (which :mod:`recursa.kernel.orphans`
+        removes later), never a process."""
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+        watch = self._current_watch()
+        if watch is not None:
+            watch.signal_group(signal.SIGKILL)
+
+    def _current_watch(self) -> ProcessWatch | None:
+        """The watch of the current process; made from the manager's process
+        when a launch was cancelled between the spawn and our bookkeeping."""
         km = self._manager
         if self._watch is None and km is not None:
-            # A launch cancelled between the spawn and our bookkeeping.
             process = _manager_process(km)
             if process is not None:
                 self._watch = ProcessWatch.child(process)
-        watch = self._watch
+        return self._watch
+
+    async def _stop(self, *, graceful: bool, keep_connection_file: bool) -> None:
+        km = self._manager
+        watch = self._current_watch()
         if graceful and watch is not None and self.channels is not None and watch.is_alive():
             try:
                 self.channels.send("shutdown_request", {"restart": False}, control=True)

@@ -86,6 +86,9 @@ class KernelPool:
         self._waiting = 0
         """Callers of :meth:`acquire` waiting for a start in flight: each
         counts on one of them."""
+        self._leaving: set[Kernel] = set()
+        """Spares discarded and not yet known to be stopped: a discard cancelled
+        by :meth:`aclose` (even before it began) must not leave one running."""
         self._closed = False
         self._sandbox = sandbox
         self._api_socket = api_socket
@@ -207,7 +210,9 @@ class KernelPool:
                     return spare
                 # It died while waiting (killed from outside, out of memory),
                 # or was bound elsewhere while it started.
+                self._leaving.add(spare)
                 await spare.shutdown()
+                self._leaving.discard(spare)
             if len(self._filling) <= self._waiting:
                 return None
             # A start that ends appends its kernel to the spares before its
@@ -220,11 +225,15 @@ class KernelPool:
                 self._waiting -= 1
 
     async def aclose(self) -> None:
-        """Cancel the background starts and shut down every spare. Idempotent."""
+        """Cancel the background starts and discards, and shut down every spare
+        and every discarded kernel not yet stopped: no kernel of the pool's
+        outlives the call. Idempotent."""
         self._closed = True
-        # A cancelled start shuts its own half-started kernel down.
+        # A cancelled start shuts its own half-started kernel down; a cancelled
+        # discard may not have begun, so its kernel is shut down here.
         await self._tasks.aclose()
-        spares, self._spares = self._spares, []
+        spares, self._spares = self._spares + list(self._leaving), []
+        self._leaving.clear()
         await asyncio.gather(*(k.shutdown() for k in spares), return_exceptions=True)
 
     async def __aenter__(self) -> Self:
@@ -263,7 +272,13 @@ class KernelPool:
         unfit = [k for k in self._spares if not self._fits(k)]
         self._spares = [k for k in self._spares if self._fits(k)]
         for kernel in unfit:
-            self._tasks.start(kernel.shutdown(), name="recursa-kernel-pool-discard")
+            self._leaving.add(kernel)
+            self._tasks.start(self._discard(kernel), name="recursa-kernel-pool-discard")
+
+    async def _discard(self, kernel: Kernel) -> None:
+        await kernel.shutdown()
+        # Not on a cancellation: aclose() then finishes the shutdown.
+        self._leaving.discard(kernel)
 
     def _top_up(self) -> None:
         if self._spare_workspace is None:

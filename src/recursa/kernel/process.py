@@ -127,6 +127,8 @@ class Kernel(HarnessCommands):
         self._running = False
         self._stop: StopReason | None = None
         self._closed = False
+        self._stopped = False
+        """:meth:`shutdown` has stopped the process, all of it (not cancelled)."""
         self._started = False
         self._carried = ""
         """Restarts not yet told to any caller (those after a cancelled cell),
@@ -277,17 +279,24 @@ class Kernel(HarnessCommands):
         """Stop the process (politely when idle, then by force), close the
         channels and remove the kernel's files. Idempotent; a running cell
         returns ``interrupted``, and a cancelled cell still being stopped is
-        ended first, so no task of this kernel outlives the call."""
+        ended first, so no task of this kernel outlives the call.
+
+        Cancelled once it has begun to stop the process, it still ends it
+        (see :meth:`KernelProcess.stop`); cancelled before (while an earlier
+        request held the kernel), the process runs on, and a later call
+        stops it.
+        """
         # A busy kernel does not act on a shutdown request (its main thread
         # is in the cell), so one with a running cell is killed at once.
         busy = self._running
         if not self._closed:
             self._request_stop("shutdown")
         async with self._lock:
-            if self._closed:
+            if self._stopped:
                 return
             self._closed = True
             await self._proc.stop(graceful=not busy)
+            self._stopped = True
 
     async def interrupt(self) -> None:
         """Interrupt the running cell, which returns ``interrupted``; if it
