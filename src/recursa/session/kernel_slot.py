@@ -104,13 +104,29 @@ class KernelSlot:
 
     async def _obtain(self) -> Kernel:
         kernel = await self.deps.kernels.acquire(self.cwd)
-        self._remember(kernel)
-        await self._export(kernel)
-        if self.snapshot_path.exists():
-            await self._restore(kernel)
-        else:
-            self.deps.record(KernelStatus(state="ready", detail=f"kernel pid {kernel.pid}"))
+        try:
+            self._remember(kernel)
+            await self._export(kernel)
+            if self.snapshot_path.exists():
+                await self._restore(kernel)
+            else:
+                self.deps.record(KernelStatus(state="ready", detail=f"kernel pid {kernel.pid}"))
+        except BaseException:
+            # Failed or cancelled half way: the kernel belongs to nobody, so
+            # it is stopped and its place under the cap given back.
+            await self._let_go(kernel)
+            raise
         return kernel
+
+    async def _let_go(self, kernel: Kernel) -> None:
+        """Stop ``kernel`` and give back its place; the place and the store's
+        row are freed even if this is cancelled (the stop itself ends the
+        process before a cancellation passes)."""
+        try:
+            await kernel.shutdown()
+        finally:
+            self.deps.kernels.release()
+            self.deps.store.kernels.forget(self.session_id)
 
     async def reattach(self) -> bool:
         """After a daemon crash: reattach to the kernel the store remembers, if it
@@ -300,9 +316,7 @@ class KernelSlot:
         self._revoke()  # a token minted while the kernel was still starting
         if self._dirty:
             await self._snapshot(kernel)
-        await kernel.shutdown()
-        self.deps.kernels.release()
-        self.deps.store.kernels.forget(self.session_id)
+        await self._let_go(kernel)
         self.deps.record(
             KernelStatus(state="stopped", detail="unloaded; the namespace is in the snapshot")
         )
@@ -338,9 +352,7 @@ class KernelSlot:
         except (KernelError, asyncio.CancelledError):
             return
         self._revoke()  # a token minted while the kernel was still starting
-        await kernel.shutdown()
-        self.deps.kernels.release()
-        self.deps.store.kernels.forget(self.session_id)
+        await self._let_go(kernel)
 
 
 __all__ = ["SNAPSHOT_FILE", "KernelSlot", "KernelSource", "SlotDeps"]
