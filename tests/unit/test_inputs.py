@@ -1,0 +1,69 @@
+"""Long inputs as kernel variables (recursa.session.inputs): which inputs are
+placed, their names, what the model reads about them, and the attachments
+kept in the session's directory. The kernel side is in
+tests/integration/test_long_inputs.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recursa.session.inputs import (
+    EDGE_CHARS,
+    Attachment,
+    Placement,
+    has_stash,
+    names,
+    oversize,
+    oversize_message,
+    stash,
+    stashed,
+    with_files,
+)
+
+
+def test_an_input_is_oversize_past_its_share_of_the_window() -> None:
+    assert not oversize("x" * 6_000, 4_000, 0.5)  # 2,000 tokens (three characters each)
+    assert oversize("x" * 6_003, 4_000, 0.5)
+    assert not oversize("x" * 10**6, None, 0.5)  # no known window: never
+    assert not oversize("x" * 10**6, 4_000, 0.0)  # share 0: never
+
+
+def test_names_never_reuse_an_earlier_variable() -> None:
+    assert names(1, 0) == ["context"]
+    assert names(2, 0) == ["context_1", "context_2"]
+    assert names(1, 1) == ["context_2"]
+    assert names(2, 3) == ["context_4", "context_5"]
+
+
+def test_the_oversize_message_is_short_and_shows_only_head_and_tail() -> None:
+    text = "HEAD " + "m" * 100_000 + " middle-secret " + "n" * 100_000 + " Which number?"
+    message = oversize_message(Placement("context", "oversize", "", text))
+    assert len(message) < 2 * EDGE_CHARS + 1000
+    assert "`context`" in message and f"{len(text):,} characters" in message
+    assert "HEAD" in message and "Which number?" in message
+    assert "middle-secret" not in message
+    assert "the question included" in message
+
+
+def test_a_short_file_is_shown_whole_and_the_task_comes_first() -> None:
+    files = [
+        Placement("context_1", "file", "a.txt", "line one\nline two\n"),
+        Placement("context_2", "file", "b.txt", "x" * 5_000),
+    ]
+    message = with_files("Count the lines.", files)
+    assert message.startswith("Count the lines.\n\n")
+    assert 'It reads: "line one\\nline two\\n"' in message  # line breaks stay visible
+    assert "a.txt is in your kernel as the Python variable `context_1`" in message
+    assert "b.txt is in your kernel as the Python variable `context_2`" in message
+    assert "x" * (EDGE_CHARS + 1) not in message
+
+
+def test_attachments_are_kept_exactly_by_message(tmp_path: Path) -> None:
+    odd = "caf\u00e9 \udcff \U0001f600"  # a lone surrogate (an undecodable byte) survives
+    stash(tmp_path, 7, [Attachment("a.txt", odd), Attachment("b.txt", "")])
+    assert stashed(tmp_path, 7) == (Attachment("a.txt", odd), Attachment("b.txt", ""))
+    assert has_stash(tmp_path, 7) and not has_stash(tmp_path, 8)
+    assert stashed(tmp_path, 8) == ()
+    stash(tmp_path, 9, [])  # nothing to keep: no file
+    assert not has_stash(tmp_path, 9)
+    assert [p.name for p in (tmp_path / "inputs").iterdir()] == ["7.json"]
