@@ -23,6 +23,7 @@ from recursa.models.types import UserMessage
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
+    CellStarted,
     InputPlaced,
     TurnEnded,
     UserInput,
@@ -181,3 +182,38 @@ def test_context_files_through_the_cli_and_the_daemon(home: Path, tmp_path: Path
             assert "needs a TASK" in alone
         finally:
             kill_everything(home)
+
+
+WAIT_FOR_GO = """
+import pathlib, time
+while not pathlib.Path('go').exists():
+    time.sleep(0.02)
+print('went on')
+"""
+
+
+async def test_a_long_message_sent_during_a_turn_waits_for_the_next(
+    home: Path, tmp_path: Path
+) -> None:
+    text = haystack(30_000)
+    script = register_script(
+        "long-steer",
+        [code(WAIT_FOR_GO), reply("first done"), code(DIGEST.format("context")), reply("read")],
+        context_window=4000,
+    )
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/long-steer", cwd=tmp_path)
+        started = asyncio.Event()
+        session.listen(lambda r: started.set() if isinstance(r.event, CellStarted) else None)
+        session.send("wait for go")
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        session.send(text, mode="auto")  # would steer the running turn, were it short
+        (tmp_path / "go").touch()
+        end = await asyncio.wait_for(session.wait_idle(), TIMEOUT)
+        assert end is not None and end.answer == "read", end
+        # The first turn never saw it; the second was started by it, placed first.
+        assert all(text not in str(m) for r in script.requests[:2] for m in r.messages)
+        inputs = [r.event for r in session.history() if isinstance(r.event, UserInput)]
+        assert [i.mode for i in inputs] == ["turn", "turn"]
+        assert "`context`" in inputs[1].text
+        assert outputs(runtime, session.id)[-1] == sha(text) + "\n"

@@ -5,11 +5,15 @@ tests/integration/test_long_inputs.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
+from recursa.errors import KernelError
+from recursa.protocol.events import EventRecord, Notice, UserInput
 from recursa.session.inputs import (
     EDGE_CHARS,
     Attachment,
+    InputPlacer,
     Placement,
     has_stash,
     names,
@@ -19,6 +23,7 @@ from recursa.session.inputs import (
     stashed,
     with_files,
 )
+from recursa.store import Store
 
 
 def test_an_input_is_oversize_past_its_share_of_the_window() -> None:
@@ -67,3 +72,61 @@ def test_attachments_are_kept_exactly_by_message(tmp_path: Path) -> None:
     stash(tmp_path, 9, [])  # nothing to keep: no file
     assert not has_stash(tmp_path, 9)
     assert [p.name for p in (tmp_path / "inputs").iterdir()] == ["7.json"]
+
+
+# ------------------------------------------------------------ delivering (a real store)
+
+
+def placer_for(
+    store: Store, session_id: str, workspace: Path, placed: dict[str, str], fail: bool = False
+) -> InputPlacer:
+    async def place(values: Mapping[str, str]) -> None:
+        if fail:
+            raise KernelError("the kernel did not start")
+        placed.update(values)
+
+    return InputPlacer(session_id, workspace, store, place, window=4_000, share=0.5)
+
+
+async def test_delivery_places_long_inputs_and_keeps_the_order(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "r.db") as store:
+        sid = store.create_session(model="faux/x", cwd="/", workspace=str(tmp_path)).id
+        store.inbox.enqueue(sid, "short one")
+        long = store.inbox.enqueue(sid, "y" * 30_000)
+        with_file = store.inbox.enqueue(sid, "the task")
+        stash(tmp_path, with_file.id, [Attachment("f.txt", "file text")])
+        placed: dict[str, str] = {}
+        published: list[EventRecord] = []
+        placer = placer_for(store, sid, tmp_path, placed)
+        assert placer.places(long) and placer.places(with_file)
+        await placer.deliver(store.inbox.pending(sid), published.append)
+        assert placed == {"context": "y" * 30_000, "context_2": "file text"}
+        events = [r.event for r in published]
+        assert [type(e).__name__ for e in events] == [
+            "UserInput",
+            "InputPlaced",
+            "UserInput",
+            "InputPlaced",
+            "UserInput",
+        ]
+        texts = [e.text for e in events if isinstance(e, UserInput)]
+        assert texts[0] == "short one" and "`context`" in texts[1]
+        assert texts[2].startswith("the task\n\nThe file f.txt")
+        assert [r.seq for r in published] == [r.seq for r in store.events(sid)]
+        assert store.inbox.pending(sid) == []
+        # A new placer (the session loaded again) numbers on from the log.
+        assert placer_for(store, sid, tmp_path, {}).used == 2
+
+
+async def test_an_input_the_kernel_cannot_take_is_given_as_it_is(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "r.db") as store:
+        sid = store.create_session(model="faux/x", cwd="/", workspace=str(tmp_path)).id
+        store.inbox.enqueue(sid, "z" * 30_000)
+        published: list[EventRecord] = []
+        await placer_for(store, sid, tmp_path, {}, fail=True).deliver(
+            store.inbox.pending(sid), published.append
+        )
+        notice, given = (r.event for r in published)
+        assert isinstance(notice, Notice) and "the kernel did not start" in notice.text
+        assert isinstance(given, UserInput) and given.text == "z" * 30_000
+        assert store.inbox.pending(sid) == []
