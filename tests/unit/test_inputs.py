@@ -23,7 +23,7 @@ from recursa.session.inputs import (
     stashed,
     with_files,
 )
-from recursa.store import Store
+from recursa.store import MessageRow, Store
 
 
 def test_an_input_is_oversize_past_its_share_of_the_window() -> None:
@@ -63,15 +63,23 @@ def test_a_short_file_is_shown_whole_and_the_task_comes_first() -> None:
     assert "x" * (EDGE_CHARS + 1) not in message
 
 
+def row(message_id: int, created_at: float = 1.0) -> MessageRow:
+    return MessageRow(
+        message_id, "s", None, "user", "auto", "task", "queued", created_at, None, None
+    )
+
+
 def test_attachments_are_kept_exactly_by_message(tmp_path: Path) -> None:
     odd = "caf\u00e9 \udcff \U0001f600"  # a lone surrogate (an undecodable byte) survives
-    stash(tmp_path, 7, [Attachment("a.txt", odd), Attachment("b.txt", "")])
-    assert stashed(tmp_path, 7) == (Attachment("a.txt", odd), Attachment("b.txt", ""))
+    stash(tmp_path, row(7), [Attachment("a.txt", odd), Attachment("b.txt", "")])
+    assert stashed(tmp_path, row(7)) == (Attachment("a.txt", odd), Attachment("b.txt", ""))
     assert has_stash(tmp_path, 7) and not has_stash(tmp_path, 8)
-    assert stashed(tmp_path, 8) == ()
-    stash(tmp_path, 9, [])  # nothing to keep: no file
+    assert stashed(tmp_path, row(8)) == ()
+    stash(tmp_path, row(9), [])  # nothing to keep: no file
     assert not has_stash(tmp_path, 9)
     assert [p.name for p in (tmp_path / "inputs").iterdir()] == ["7.json"]
+    # Message 7 rolled back and its id given to another message: not its files.
+    assert stashed(tmp_path, row(7, created_at=2.0)) == ()
 
 
 # ------------------------------------------------------------ delivering (a real store)
@@ -94,7 +102,7 @@ async def test_delivery_places_long_inputs_and_keeps_the_order(tmp_path: Path) -
         store.inbox.enqueue(sid, "short one")
         long = store.inbox.enqueue(sid, "y" * 30_000)
         with_file = store.inbox.enqueue(sid, "the task")
-        stash(tmp_path, with_file.id, [Attachment("f.txt", "file text")])
+        stash(tmp_path, with_file, [Attachment("f.txt", "file text")])
         placed: dict[str, str] = {}
         published: list[EventRecord] = []
         placer = placer_for(store, sid, tmp_path, placed)

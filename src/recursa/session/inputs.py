@@ -79,35 +79,43 @@ class Placement:
 # ---------------------------------------------------------------- attachments
 
 
-def stash(workspace: Path, message_id: int, attachments: Sequence[Attachment]) -> None:
-    """Keep ``attachments`` of message ``message_id`` in the session's directory
-    until they are placed (and after, as the record of their text). Written
-    atomically: call it inside the transaction that stores the message, so a
-    failure here stores neither. Raises OSError."""
+def stash(workspace: Path, message: MessageRow, attachments: Sequence[Attachment]) -> None:
+    """Keep ``attachments`` of ``message`` in the session's directory until they
+    are placed (and after, as the record of their text). Written atomically:
+    call it inside the transaction that stores the message, so a failure here
+    stores neither. Raises OSError."""
     if not attachments:
         return
     folder = workspace / INPUTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{message_id}.json"
-    partial = folder / f".{message_id}.json.partial"
-    data = [{"label": a.label, "text": a.text} for a in attachments]
+    target = folder / f"{message.id}.json"
+    partial = folder / f".{message.id}.json.partial"
+    data = {
+        "created_at": message.created_at,
+        "attachments": [{"label": a.label, "text": a.text} for a in attachments],
+    }
     # ensure_ascii: a lone surrogate (an undecodable byte) survives as an escape.
     partial.write_text(json.dumps(data), encoding="ascii")
     os.replace(partial, target)
 
 
-def stashed(workspace: Path, message_id: int) -> tuple[Attachment, ...]:
-    """The attachments :func:`stash` kept for message ``message_id`` (none if it kept none)."""
-    path = workspace / INPUTS_DIR / f"{message_id}.json"
+def stashed(workspace: Path, message: MessageRow) -> tuple[Attachment, ...]:
+    """The attachments :func:`stash` kept for ``message`` (none if it kept none).
+    A file left by a message whose transaction was rolled back, and whose id
+    a later message got, is told apart by its time and ignored."""
+    path = workspace / INPUTS_DIR / f"{message.id}.json"
     try:
         data = json.loads(path.read_text(encoding="ascii"))
     except FileNotFoundError:
         return ()
-    return tuple(Attachment(str(item["label"]), str(item["text"])) for item in data)
+    if data.get("created_at") != message.created_at:
+        return ()
+    return tuple(Attachment(str(a["label"]), str(a["text"])) for a in data["attachments"])
 
 
 def has_stash(workspace: Path, message_id: int) -> bool:
-    """:func:`stash` kept attachments for message ``message_id``."""
+    """:func:`stash` may have kept attachments for message ``message_id`` (cheap:
+    :func:`stashed` reads them, and tells a stale file apart)."""
     return (workspace / INPUTS_DIR / f"{message_id}.json").exists()
 
 
@@ -231,7 +239,7 @@ class InputPlacer:
 
     def plan(self, message: MessageRow) -> tuple[list[Placement], str]:
         """What to place for ``message``, and the text the model gets instead."""
-        files = stashed(self.workspace, message.id)
+        files = stashed(self.workspace, message)
         if files:
             given = names(len(files), self.used)
             placements = [

@@ -157,7 +157,7 @@ class Session:
             row = self.deps.store.inbox.enqueue(
                 self.id, text, source=source, mode=mode, sender=sender, kind=kind
             )
-            stash(self.deps.workspace, row.id, attachments)
+            stash(self.deps.workspace, row, attachments)
         if self.running:
             if mode in ("steer", "auto"):
                 self._turns.steer_waiting = True
