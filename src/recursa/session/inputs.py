@@ -171,12 +171,14 @@ def how_to_read(name: str) -> str:
     not match, a ``find()`` position taken for the answer, a printed text
     whose middle was cut from the output."""
     return (
-        "Read it with code (import re first) and print only what you need:\n"
-        f"- print({name}[:1000]) shows the start;\n"
-        f"- for m in re.finditer(r'word', {name}, re.I): print({name}[max(0, m.start() - 300)"
-        ":m.end() + 300]) shows the text around a word (search for one or two words, "
-        "not a long phrase; the answer is in the text around a hit, not its position);\n"
-        f"- {name}.splitlines() or {name}[i:i + 4000] give pieces to loop over.\n"
+        "Read it with code (import re first), printing only what you need:\n"
+        "- to find something, search for one or two words of the question (not a long "
+        "phrase) and print the text around each hit, which holds the answer (the hit's "
+        "position does not):\n"
+        f"  for m in re.finditer(r'word', {name}, re.I): "
+        f"print({name}[max(0, m.start() - 300):m.end() + 300])\n"
+        f"- {name}[:1000] is the start; {name}.splitlines() or {name}[i:i + 4000] "
+        "give pieces to loop over.\n"
         "Printing all of it gets cut off."
     )
 
