@@ -130,11 +130,18 @@ async def test_an_input_the_kernel_cannot_take_is_given_as_it_is(tmp_path: Path)
     with Store.open(tmp_path / "r.db") as store:
         sid = store.create_session(model="faux/x", cwd="/", workspace=str(tmp_path)).id
         store.inbox.enqueue(sid, "z" * 30_000)
+        task = store.inbox.enqueue(sid, "the task")
+        stash(tmp_path, task, [Attachment("f.txt", "file text")])
         published: list[EventRecord] = []
         await placer_for(store, sid, tmp_path, {}, fail=True).deliver(
             store.inbox.pending(sid), published.append
         )
-        notice, given = (r.event for r in published)
+        notice, given, file_notice, file_task = (r.event for r in published)
         assert isinstance(notice, Notice) and "the kernel did not start" in notice.text
         assert isinstance(given, UserInput) and given.text == "z" * 30_000
+        assert isinstance(file_notice, Notice) and "the files f.txt" in file_notice.text
+        assert isinstance(file_task, UserInput)
+        assert (
+            file_task.text == "the task\n\n(Not available: f.txt; the kernel could not take them.)"
+        )
         assert store.inbox.pending(sid) == []

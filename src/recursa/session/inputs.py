@@ -257,7 +257,7 @@ class InputPlacer:
     def places(self, message: MessageRow) -> bool:
         """``message`` has something to put in the kernel (so it must wait for
         :meth:`deliver`, never be delivered as a steer between cells)."""
-        return bool(has_stash(self.workspace, message.id)) or oversize(
+        return has_stash(self.workspace, message.id) or oversize(
             message.text, self.window, self.share
         )
 
@@ -285,8 +285,15 @@ class InputPlacer:
             try:
                 await self.place({p.name: p.text for p in placements})
             except KernelError as exc:
-                warning = f"could not put the input in the kernel ({exc}); it is given as it is"
+                files = [p.label for p in placements if p.origin == "file"]
+                what = f"the files {', '.join(files)}" if files else "the input"
+                warning = (
+                    f"could not put {what} in the kernel ({exc}); the message is given as it is"
+                )
                 publish(self.store.append(self.session_id, Notice(level="warning", text=warning)))
+                if files:  # the model must know what it was meant to have
+                    note = f"(Not available: {', '.join(files)}; the kernel could not take them.)"
+                    message = replace(message, text=f"{message.text.rstrip()}\n\n{note}")
                 self._flush([message], publish)
                 continue
             try:
