@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,13 @@ class Responder:
             + "; "
             + DIGEST.format("context_2")
         )
-        self.steps = [Reply(tool_calls=[ToolCallSpec("python", {"code": cell})]), Reply("done")]
+        again = "print(len(context_3), context_3[:5])"
+        self.steps = [
+            Reply(tool_calls=[ToolCallSpec("python", {"code": cell})]),
+            Reply("done"),
+            Reply(tool_calls=[ToolCallSpec("python", {"code": again})]),
+            Reply("done again"),
+        ]
 
     def __call__(self, path: str, body: dict[str, Any]) -> Reply:
         self.requests.append(body["messages"])
@@ -172,6 +179,24 @@ def test_context_files_through_the_cli_and_the_daemon(home: Path, tmp_path: Path
                 ("context_1", "notes.txt"),
                 ("context_2", "data.csv"),
             ], result.stdout[:2000]
+
+            # `recursa send --context-file`: numbered on, in the same kernel.
+            session = placed[0]["session_id"]
+            (tmp_path / "more.txt").write_text("hello again", encoding="utf-8")
+            sent = recursa(
+                ["send", session, "--context-file", "more.txt", "Read the new file."], env, tmp_path
+            )
+            assert sent.returncode == 0, sent.stderr
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:  # the turn the message started, to its end
+                log = recursa(["logs", session, "--json"], env, tmp_path).stdout
+                if log.count('"turn_ended"') == 2:
+                    break
+            assert '"answer":"done again"' in log
+            assert "`context_3`" in model.requests[2][-1]["content"]
+            assert [m["content"] for m in model.requests[3] if m["role"] == "tool"][-1] == (
+                "11 hello\n"
+            )
 
             missing = fails([*args[:3], "--context-file", "nope.txt", task], env, tmp_path, 2)
             assert "nope.txt: no such file" in missing
