@@ -52,6 +52,8 @@ The file, field by field::
     snapshot_max_mb = 1024              # a namespace snapshot's cap; what does not fit is listed
     checkpoint = "turn"                 # snapshot after every turn that ran cells, or "unload" only
     max_kernels = 64                    # live kernels at most; the longest idle session unloads
+    inline_input_share = 0.5            # an input past this share of the model's window is put
+                                        # in the kernel as the variable `context`; 0 = never
 
     [agents]
     max_depth = 2                       # sub-agents of sub-agents of ...: how deep
@@ -142,6 +144,8 @@ DEFAULT_LLM_CONCURRENCY = 8
 MAX_LLM_CONCURRENCY = 64
 DEFAULT_SNAPSHOT_MAX_MB = 1024
 DEFAULT_MAX_KERNELS = 64
+DEFAULT_INLINE_INPUT_SHARE = 0.5
+"""An input past this share of the model's window becomes a kernel variable."""
 
 KERNEL_ENV_ALLOW: frozenset[str] = frozenset(
     {
@@ -240,6 +244,9 @@ class SessionsConfig:
     snapshot_max_bytes: int = DEFAULT_SNAPSHOT_MAX_MB << 20
     checkpoint_each_turn: bool = True
     max_kernels: int = DEFAULT_MAX_KERNELS
+    inline_input_share: float = DEFAULT_INLINE_INPUT_SHARE
+    """An input past this share of the model's context window is put in the
+    session's kernel as a variable instead of in the model's context; 0: never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +467,7 @@ class SessionsTable(_Table):
     snapshot_max_mb: Annotated[int, within(0, 1 << 20)] = DEFAULT_SNAPSHOT_MAX_MB
     checkpoint: Literal["turn", "unload"] = "turn"
     max_kernels: Annotated[int, within(1, 10_000)] = DEFAULT_MAX_KERNELS
+    inline_input_share: Annotated[float, within(0, 1)] = DEFAULT_INLINE_INPUT_SHARE
 
 
 class AgentsTable(_Table):
@@ -561,6 +569,7 @@ def load_config(
             snapshot_max_bytes=max(1, sessions.snapshot_max_mb) << 20,
             checkpoint_each_turn=sessions.checkpoint == "turn",
             max_kernels=sessions.max_kernels,
+            inline_input_share=sessions.inline_input_share,
         ),
         agents=AgentsConfig(**data.agents.model_dump()),
         harness=HarnessConfig(

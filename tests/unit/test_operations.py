@@ -117,7 +117,11 @@ def test_a_request_becomes_its_url_path_query_and_body() -> None:
     path, query, body = person_ops.HARNESS_DIFF.url(person_ops.DiffQuery("a/b c", 1, None))
     assert (path, query, body) == ("/harness/entries/a%2Fb%20c/diff", {"from_version": "1"}, None)
     path, query, body = person_ops.SEND.url(person_ops.SendTo("s1", "hi", "steer"))
-    assert (path, query, body) == ("/sessions/s1/messages", {}, {"text": "hi", "mode": "steer"})
+    assert (path, query, body) == (
+        "/sessions/s1/messages",
+        {},
+        {"text": "hi", "mode": "steer", "context_files": []},
+    )
     path, query, body = kernel_ops.HEARTBEAT_DELETE.url(kernel_ops.JobLabel("nightly"))
     assert (path, query, body) == ("/kernel/heartbeats/nightly", {}, None)
     assert person_ops.STATUS.url(None) == ("/status", {}, None)

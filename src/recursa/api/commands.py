@@ -52,6 +52,16 @@ def _set_output(cell: int, text: str) -> dict[str, Any]:
     return {}
 
 
+def _set_variable(name: str, text: str) -> dict[str, Any]:
+    # A long input the harness places in the namespace (recursa.session.inputs).
+    from IPython import get_ipython
+
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"not a variable name: {name!r}")
+    get_ipython().user_ns[name] = str(text)
+    return {"chars": len(text)}
+
+
 OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "snapshot": _snapshot,
     "restore": _restore,
@@ -59,6 +69,7 @@ OPERATIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "chdir": _chdir,
     "export_env": _export_env,
     "set_output": _set_output,
+    "set_variable": _set_variable,
 }
 """What the harness may ask, by name; each takes the request's ``args`` as
 keyword arguments and returns a JSON-able result."""

@@ -21,6 +21,7 @@ from recursa.protocol.events import (
     Compacted,
     EventRecord,
     GateChecked,
+    InputPlaced,
     KernelStatus,
     ModelRetry,
     Notice,
@@ -176,6 +177,13 @@ class TranscriptPrinter:
                 mark = self._style("ok", "ok") if status == "ok" else self._style("error", status)
                 facts = self._style("dim", f" · {chars:,} chars · {duration:.2f} s")
                 self._line(self._style("dim", f"└─ cell {cell} ") + mark + facts)
+            case InputPlaced(name=name, chars=chars, label=label):
+                what = (
+                    f"{printable(label)} is" if label else "the input is too long for the window:"
+                )
+                self._line(
+                    self._style("dim", f"   {what} in the kernel as `{name}` ({chars:,} chars)")
+                )
             case KernelStatus(state=state, detail=detail):
                 self._line(self._style("dim", f"   kernel {state}: {printable(detail)}"))
             case Notice(text=text, level=level):

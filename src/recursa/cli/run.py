@@ -30,6 +30,7 @@ from recursa.cli import app
 from recursa.cli import autonomous as autonomous_run
 from recursa.cli.autonomous import EXIT_BY_REASON
 from recursa.cli.common import typed_text
+from recursa.cli.context_files import ContextFileOpt, read_context_files
 from recursa.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, epilog
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import (
@@ -130,6 +131,7 @@ def run(
     gate_timeout: Annotated[
         str | None, typer.Option(help="With --autonomous: time limit per gate (default 10m).")
     ] = None,
+    context_file: ContextFileOpt = None,
 ) -> None:
     """Run an agent on TASK in a persistent kernel and print its answer.
 
@@ -141,6 +143,9 @@ def run(
         task = typed_text(task)
     if not interactive and not (task and task.strip()):
         raise UsageError("recursa run needs a TASK (or --interactive)")
+    if context_file and not (task and task.strip()):
+        raise UsageError("--context-file needs a TASK: it is what the agent is asked")
+    files = read_context_files(context_file)
     config = load_config()
     plan = autonomous_run.plan(
         autonomous, gate, max_turns, max_tokens, max_cost, max_time, gate_timeout, interactive
@@ -174,6 +179,7 @@ def run(
         cell_timeout=cell_limit,
         autonomous=plan,
         context_window=context_window,
+        context_files=files,
     )
     code = asyncio.run(_run(config, request, json_lines, interactive, detach, local=no_daemon))
     raise typer.Exit(code)

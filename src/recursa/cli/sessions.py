@@ -17,6 +17,7 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.common import SessionArg, print_listing, typed_text, with_client
+from recursa.cli.context_files import ContextFileOpt, read_context_files
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
@@ -185,14 +186,17 @@ def send(
     mode: Annotated[
         str, typer.Option(help="auto (steer a running turn, else start one), steer or follow_up.")
     ] = "auto",
+    context_file: ContextFileOpt = None,
 ) -> None:
     """Send a message to a session; it is stored before this returns."""
     if mode not in ("auto", "steer", "follow_up"):
         raise typer.BadParameter("mode must be auto, steer or follow_up")
+    files = read_context_files(context_file)
 
     async def go() -> None:
         async with _client() as client:
-            receipt = await client.send(session, SendMessage(typed_text(text), mode=mode))  # type: ignore[arg-type]
+            message = SendMessage(typed_text(text), mode=mode, context_files=files)  # type: ignore[arg-type]
+            receipt = await client.send(session, message)
             print(f"message {receipt.message_id} {receipt.status}: {receipt.session_id}")
 
     asyncio.run(go())

@@ -183,7 +183,7 @@ class DaemonClient:
         return await self.call(SESSION, SessionRef(ref))
 
     async def send(self, ref: str, request: SendMessage) -> Receipt:
-        return await self.call(SEND, SendTo(ref, request.text, request.mode))
+        return await self.call(SEND, SendTo(ref, request.text, request.mode, request.context_files))
 
     async def interrupt(self, ref: str) -> SessionInfo:
         return await self.call(INTERRUPT, SessionRef(ref))

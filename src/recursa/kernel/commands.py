@@ -186,6 +186,21 @@ class HarnessCommands:
             failure = f"could not keep the output of cell {cell}"
             await self._command(failure, "set_output", cell=int(cell), text=text)
 
+    async def set_variable(self, name: str, text: str) -> None:
+        """Set the variable ``name`` to ``text`` in the kernel, silently. The
+        text travels as the request's payload, never as code, so it lands in
+        no cell's source and no history. Raises ValueError for a name that is
+        not an identifier, :class:`KernelError` if the kernel cannot take it."""
+        if not name.isidentifier():
+            raise ValueError(f"not a variable name: {name!r}")
+        self._check_open()
+        async with self._lock:
+            self._check_open()
+            await self._ensure_alive()
+            failure = f"could not set the variable {name}"
+            deadline = asyncio.get_running_loop().time() + SNAPSHOT_TIMEOUT
+            await self._command(failure, "set_variable", deadline=deadline, name=name, text=text)
+
     async def _command(
         self, failure: str, op: str, *, deadline: float | None = None, **args: object
     ) -> dict[str, Any]:

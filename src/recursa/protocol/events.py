@@ -7,7 +7,8 @@ wire carry them as JSON with :data:`PROTOCOL_VERSION`.
 
 The grammar of one turn::
 
-    user_input+                     what the turn answers (user, parent, schedule, ...)
+    input_placed* user_input+       what the turn answers (user, parent, schedule, ...);
+                                    long inputs placed in the kernel come first
     turn_started
     ( assistant_reply model_usage   one model call (model_retry* before it)
       ( cell_started cell_finished )*   the reply's code, in order
@@ -85,6 +86,27 @@ class UserInput:
     sender: str | None = None
     mode: Literal["turn", "steer"] = "turn"
     type: Literal["user_input"] = "user_input"
+
+
+InputOrigin = Literal["oversize", "file"]
+"""``oversize``: an input too long for the model's window; ``file``: a file
+given on purpose (``recursa run --context-file``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputPlaced:
+    """An input was put in the kernel as the variable ``name`` (a str) instead
+    of in the model's context; the ``user_input`` after it describes it to the
+    model. ``label`` names a file (empty for an oversize input); ``chars`` and
+    ``lines`` are the text's size. The text itself is kept once: an oversize
+    input in its inbox message, a file's in the session's directory."""
+
+    name: str
+    origin: InputOrigin
+    chars: int
+    lines: int
+    label: str = ""
+    type: Literal["input_placed"] = "input_placed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,6 +301,7 @@ class TextDelta:
 Event = (
     SessionCreated
     | UserInput
+    | InputPlaced
     | TurnStarted
     | AssistantReply
     | ModelUsage
@@ -394,6 +417,8 @@ __all__ = [
     "GateChecked",
     "GateStatus",
     "InboxRead",
+    "InputOrigin",
+    "InputPlaced",
     "InputSource",
     "KernelState",
     "KernelStatus",

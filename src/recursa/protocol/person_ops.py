@@ -24,6 +24,7 @@ from recursa.protocol.fields import Count, Instructions, Name, Text, Version, Wa
 from recursa.protocol.harness import KINDS, SCOPES, STATUSES
 from recursa.protocol.operations import Ack, Audience, Operation
 from recursa.protocol.wire import (
+    ContextFiles,
     CreateSession,
     DaemonStatus,
     HarnessDetail,
@@ -58,6 +59,8 @@ class SendTo(SessionRef):
 
     text: Text
     mode: SendMode = "auto"
+    context_files: ContextFiles = ()
+    """Texts put in the kernel as variables before the model reads the message."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,20 @@ class Autonomous:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextFile:
+    """A text given with a task (``recursa run --context-file``): the session
+    puts it in its kernel as a variable (``context``, or numbered) before the
+    model's first call, and the model's message describes it. ``label``
+    names it for the model (the file's name)."""
+
+    label: Name
+    text: Text
+
+
+ContextFiles = Annotated[tuple[ContextFile, ...], Field(max_length=MAX_ITEMS)]
+
+
+@dataclass(frozen=True, slots=True)
 class CreateSession:
     """``recursa run``: a new root session, with its first task queued.
     ``autonomous``: the task runs in autonomous mode."""
@@ -146,12 +160,15 @@ class CreateSession:
     autonomous: Autonomous | None = None
     context_window: Count | None = None
     """Tokens: overrides the model's window for compaction (``--context-window``)."""
+    context_files: ContextFiles = ()
+    """Put in the kernel with the task (which they need)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SendMessage:
     text: Text
     mode: SendMode = "auto"
+    context_files: ContextFiles = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +506,8 @@ __all__ = [
     "Autonomous",
     "Budget",
     "CommandKey",
+    "ContextFile",
+    "ContextFiles",
     "CreateSession",
     "DaemonStatus",
     "EditOp",

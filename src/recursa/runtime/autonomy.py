@@ -63,6 +63,7 @@ from recursa.store import JSONValue
 if TYPE_CHECKING:
     from recursa.runtime.runtime import Runtime
     from recursa.session import Session
+    from recursa.session.inputs import Attachment
 
 log = logging.getLogger("recursa.autonomy")
 
@@ -312,9 +313,16 @@ class Autonomy:
             )
         return spec
 
-    def start(self, session: Session, spec: Spec, task: str | None) -> None:
-        """Make ``session`` (new, idle) an autonomous run and queue its task with
-        the gates' introduction; one transaction. ``spec`` has passed :meth:`check`."""
+    def start(
+        self,
+        session: Session,
+        spec: Spec,
+        task: str | None,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> None:
+        """Make ``session`` (new, idle) an autonomous run and queue its task (with
+        its ``attachments``) and the gates' introduction; one transaction.
+        ``spec`` has passed :meth:`check`."""
         now = self.store.now()
         state = RunState(spec=spec, started=now)
         with self.store.transaction():
@@ -327,7 +335,7 @@ class Autonomy:
             self.store.update_session(session.id, meta=meta)
             session.record(Notice(text=spec.describe()))
             if task is not None and task.strip():
-                session.send(task, mode="follow_up")
+                session.send(task, mode="follow_up", attachments=attachments)
             session.send(spec.introduction(), mode="follow_up", source="gate")
 
     def state(self, session_id: str) -> RunState | None:

@@ -49,6 +49,7 @@ from recursa.protocol.person_ops import (
 )
 from recursa.protocol.wire import (
     CommandKey,
+    ContextFile,
     CreateSession,
     DaemonStatus,
     HarnessDetail,
@@ -69,6 +70,7 @@ from recursa.runtime.kernel_api import refine
 from recursa.runtime.runtime import Runtime
 from recursa.runtime.tree import display_name
 from recursa.session.compaction import check_context_window
+from recursa.session.inputs import Attachment
 from recursa.store import JSONValue, SessionRow
 
 T = TypeVar("T")
@@ -172,6 +174,8 @@ class PeopleApi:
         if seen is not None:
             return from_json(SessionInfo, seen)
         check_context_window(request.context_window)  # a usage error before any model's
+        if request.context_files and not (request.task and request.task.strip()):
+            raise UsageError("context files need a task: it is what the model is asked")
         limits = _limits(self.runtime.config.limits, request)
         spec = None
         if request.autonomous is not None:  # checked before anything is written
@@ -186,10 +190,11 @@ class PeopleApi:
             limits=limits,
             context_window=request.context_window,
         )
+        attachments = attachments_of(request.context_files)
         if spec is not None:
-            self.runtime.autonomy.start(session, spec, request.task)
+            self.runtime.autonomy.start(session, spec, request.task, attachments)
         elif request.task:
-            session.send(request.task, mode="follow_up")
+            session.send(request.task, mode="follow_up", attachments=attachments)
         info = self._info(self.store.session(session.id))
         self._finish(command, to_json(info))
         return info
@@ -204,7 +209,11 @@ class PeopleApi:
             if seen is not None:
                 return from_json(Receipt, seen)
             busy = target.running
-            message = target.send(request.text, mode=request.mode)
+            message = target.send(
+                request.text,
+                mode=request.mode,
+                attachments=attachments_of(request.context_files),
+            )
             status: ReceiptStatus = (
                 "queued" if busy and request.mode == "follow_up" else "delivered"
             )
@@ -428,6 +437,11 @@ def _limits(default: Limits, request: CreateSession) -> Limits | None:
     if request.cell_timeout is not None:
         changes["cell_timeout"] = request.cell_timeout
     return replace(default, **changes) if changes else None  # type: ignore[arg-type]
+
+
+def attachments_of(files: tuple[ContextFile, ...]) -> tuple[Attachment, ...]:
+    """The session's form of the context files a person sent."""
+    return tuple(Attachment(f.label, f.text) for f in files)
 
 
 __all__ = ["Life", "PeopleApi"]

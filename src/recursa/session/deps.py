@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from recursa.config import Limits
+from recursa.config import DEFAULT_INLINE_INPUT_SHARE, Limits
 from recursa.models.types import ModelInfo
 from recursa.protocol.events import TurnEnded
 from recursa.session.gateway import Gateway
@@ -68,6 +68,9 @@ class SessionDeps:
     supplements: tuple[str, ...] = field(default_factory=tuple)
     snapshot_max_bytes: int = 1 << 30
     checkpoint_each_turn: bool = True
+    inline_input_share: float = DEFAULT_INLINE_INPUT_SHARE
+    """An input past this share of the model's window is put in the kernel as a
+    variable instead (:mod:`recursa.session.inputs`); 0: never."""
     prestart_kernel: bool = True
     """Start getting a kernel as a turn begins (a root session: its first cell
     then finds it ready); False: on the first cell (sub-agents, many of which

@@ -179,6 +179,16 @@ class KernelSlot:
         if self.deps.kernel_env is not None:
             await kernel.export_env(self.deps.kernel_env())
 
+    async def set_variables(self, values: Mapping[str, str]) -> None:
+        """Put ``values`` in the kernel's namespace (a kernel is got first), then
+        snapshot it, so they survive a lost kernel and an unload. Raises
+        :class:`KernelError`."""
+        kernel = await self.kernel()
+        for name, text in values.items():
+            self._dirty = True
+            await kernel.set_variable(name, text)
+        await self.checkpoint()
+
     # ------------------------------------------------------------------ cells
 
     async def execute(self, cell: int, call_id: str, code: str, time_limit: float) -> CellFinished:

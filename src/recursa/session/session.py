@@ -42,6 +42,7 @@ from recursa.protocol.events import (
 from recursa.protocol.history import CompactReply
 from recursa.session.context import Conversation
 from recursa.session.deps import SessionDeps, SessionHost
+from recursa.session.inputs import Attachment, InputPlacer, stash
 from recursa.session.kernel_slot import KernelSlot, KernelSource, SlotDeps
 from recursa.session.listeners import Listeners
 from recursa.session.model_context import ModelContext
@@ -85,6 +86,14 @@ class Session:
                 kernel_env=lambda: deps.host.kernel_env(session_id),
                 prelude=lambda: self._model.prelude,
             ),
+        )
+        self._inputs = InputPlacer(
+            session_id,
+            deps.workspace,
+            deps.store,
+            self._slot.set_variables,
+            window=deps.model_info.context_window,
+            share=deps.inline_input_share,
         )
         self._listeners = Listeners()
         self._turns = Turns(self, self._model, self._slot)
@@ -136,14 +145,19 @@ class Session:
         source: InputSource = "user",
         sender: str | None = None,
         kind: MessageKind = "message",
+        attachments: tuple[Attachment, ...] = (),
     ) -> MessageRow:
         """Store a message (durable when this returns) and deliver it by its mode;
-        never waits for the model. See the module docstring for the modes."""
+        never waits for the model. See the module docstring for the modes.
+        ``attachments`` are put in the kernel as variables before the model sees
+        the message (:mod:`recursa.session.inputs`)."""
         if self._closed:
             raise RuntimeError(f"session {self.id} is closed")
-        row = self.deps.store.inbox.enqueue(
-            self.id, text, source=source, mode=mode, sender=sender, kind=kind
-        )
+        with self.deps.store.transaction():
+            row = self.deps.store.inbox.enqueue(
+                self.id, text, source=source, mode=mode, sender=sender, kind=kind
+            )
+            stash(self.deps.workspace, row, attachments)
         if self.running:
             if mode in ("steer", "auto"):
                 self._turns.steer_waiting = True
@@ -151,6 +165,11 @@ class Session:
             self._start_worker()
         self.deps.host.activity()
         return row
+
+    @property
+    def inputs(self) -> InputPlacer:
+        """How the session's inputs are delivered (long ones put in the kernel)."""
+        return self._inputs
 
     def wake(self) -> None:
         """Start taking inputs if some are queued and no turn runs (messages
@@ -292,8 +311,7 @@ class Session:
                 self._set_status("running")
                 self._prestart()
                 self._turns.steer_waiting = False
-                for record in self.deps.store.inbox.deliver(pending):
-                    self._publish(record)
+                await self._inputs.deliver(pending, self._publish)
                 await self._turns.run(None, resume=False)
                 await self._checkpoint()
                 await self._after_turn()

@@ -116,7 +116,12 @@ class Turns:
         self.steer_waiting = False
         session = self.session
         inbox = session.deps.store.inbox
-        steers = [m for m in inbox.pending(session.id) if m.mode in ("steer", "auto")]
+        # A long input waits for the next turn, where it is put in the kernel first.
+        steers = [
+            m
+            for m in inbox.pending(session.id)
+            if m.mode in ("steer", "auto") and not session.inputs.places(m)
+        ]
         records = inbox.deliver(steers, steer=True)
         for record in records:
             session.published(record)
