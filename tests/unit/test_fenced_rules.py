@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from test_loop import Harness
 
-from recursa.models.faux import FauxReply, code, reply
+from recursa.models.faux import FauxReply, code, register_script, reply
 from recursa.models.types import AssistantMessage, UserMessage
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
     CellStarted,
+    TurnEnded,
     UserInput,
     event_from_dict,
     event_to_dict,
@@ -22,6 +23,7 @@ from recursa.session.loop import (
     FAILED_CELL_NUDGE,
     NO_CODE_NUDGE,
     NOTHING_PRINTED_NUDGE,
+    run_turn,
 )
 
 
@@ -61,6 +63,18 @@ async def test_a_follow_up_turn_is_checked_too() -> None:
     )
     assert (end.reason, end.answer) == ("answered", "42")
     assert nudges(h) == [NO_CODE_NUDGE]
+
+
+async def test_a_resumed_turn_accepts_an_answer_at_once() -> None:
+    # Cells may have run before the crash that the turn resumes from.
+    h = Harness(fenced=True)
+    h.script = register_script("resumed", [reply("FINAL ANSWER: 7")], native_tools=False)
+    h.conversation.apply(UserInput(text="task"))
+    events = [e async for e in run_turn(1, h.hooks("resumed"), fenced=True, resume=True)]
+    ended = events[-1]
+    assert isinstance(ended, TurnEnded)
+    assert (ended.reason, ended.answer) == ("answered", "7")
+    assert not any(isinstance(e, UserInput) for e in events)
 
 
 async def test_native_tool_answers_are_not_nudged() -> None:

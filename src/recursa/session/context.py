@@ -151,7 +151,9 @@ class Conversation:
 
     ``apply`` every persisted event in order (replaying the log rebuilds the
     same list). Native-tool sessions get cell results as tool results;
-    fenced-code sessions get them as user messages.
+    fenced-code sessions get them as user messages (ending with
+    :data:`ANSWER_HINT` when the cell printed something). A reply cut off at
+    the output limit is left out: the store keeps it, the model never rereads it.
 
     Each message is kept as an :class:`~recursa.session.compaction.Entry`
     with the seq of its event (pass ``seq`` to ``apply``), so a ``compacted``
@@ -188,9 +190,9 @@ class Conversation:
                     self._turn_inputs.append(entry)
             case AssistantReply(text=text, tool_calls=calls, fenced=fenced):
                 self._close_unanswered()
-                self._reply_seq = seq
                 if event.cut_off:
                     return  # stored, but not shown again: the nudge that follows says why
+                self._reply_seq = seq
                 if fenced:
                     message = AssistantMessage(sendable(parse_fenced(text).kept))
                     self._add(seq, "reply", message)
