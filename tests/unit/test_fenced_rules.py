@@ -164,6 +164,15 @@ async def test_alternating_cells_are_caught_like_identical_ones() -> None:
     assert len(h.of(CellStarted)) == 3  # refused cells never reach the kernel
 
 
+async def test_native_turns_compare_with_the_previous_cell_only() -> None:
+    h = Harness()
+    end = await h.turn(
+        "native-alternate", [code("print('a')"), code("print('b')")] * 3 + [reply("x")]
+    )
+    assert (end.reason, end.answer) == ("answered", "x")
+    assert [f.status for f in h.of(CellFinished)] == ["ok"] * 6
+
+
 async def test_a_new_cell_breaks_the_streak() -> None:
     h = Harness(fenced=True)
     cells = ["print('a')", "print('b')", "print('a')", "print('c')", "print('a')", "print('d')"]

@@ -62,8 +62,10 @@ MAX_NUDGES = 2
 """Consecutive empty or cut-off replies the model is told about before the turn stops."""
 
 REPEAT_WINDOW = 3
-"""A cell equal to one of the last this many cells is a repeat: A B A B ... is
-caught like A A A (a model that alternates two failing cells never ends otherwise)."""
+"""In the fenced protocol a cell equal to one of the last this many cells is a
+repeat: A B A B ... is caught like A A A (a small model that alternates two
+failing cells never ends otherwise). Native-tool turns compare with the
+previous cell only."""
 
 REFUSE_REPEAT_AT = 3
 """The third repeated cell in a row is not run; the model is told instead."""
@@ -198,7 +200,7 @@ class _Counts:
     steps: int = 0
     tokens: int = 0
     nudges: int = 0
-    recent_code: deque[str] = field(default_factory=lambda: deque(maxlen=REPEAT_WINDOW))
+    recent_code: deque[str] = field(default_factory=lambda: deque(maxlen=1))
     repeats: int = 0
     overflowed: bool = False
     last_cell: CellFinished | None = None
@@ -220,9 +222,10 @@ async def run_turn(
     ``resume``: the turn was cut short (the daemon crashed) and goes on from
     the context as stored: no ``turn_started``; its limits count afresh.
     """
-    counts = _Counts(start=hooks.clock())
-    # A resumed turn may have run cells before the crash: no first-answer check.
-    counts.cell_ran = resume
+    # Native-tool models keep the plain check (the previous cell only); a resumed
+    # turn may have run cells before the crash, so it gets no first-answer check.
+    window = REPEAT_WINDOW if fenced else 1
+    counts = _Counts(start=hooks.clock(), recent_code=deque(maxlen=window), cell_ran=resume)
     if not resume:
         yield TurnStarted(turn=turn)
     while True:
