@@ -20,6 +20,7 @@ from recursa.protocol.events import (
 )
 from recursa.session.context import ANSWER_HINT, BASE_PROMPT, FENCED_PROMPT, answer_rules
 from recursa.session.loop import (
+    CUT_OFF_NUDGE_FENCED,
     FAILED_CELL_NUDGE,
     NO_CODE_NUDGE,
     NOTHING_PRINTED_NUDGE,
@@ -201,7 +202,7 @@ async def test_a_cut_off_reply_is_stored_but_left_out_of_the_context() -> None:
     second = h.script.requests[1].messages
     assert len(second) == 2
     assert all(digits not in str(m.text) for m in second)
-    assert "cut off" in str(second[-1].text)
+    assert second[-1] == UserMessage("[harness] " + CUT_OFF_NUDGE_FENCED)
     assert all(digits not in str(m.text) for m in h.script.requests[2].messages)
     # Replies that were used stay.
     assert AssistantMessage("```python\nprint(2 ** 100)\n```") in h.script.requests[2].messages

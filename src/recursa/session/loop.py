@@ -97,6 +97,10 @@ CUT_OFF_NUDGE = (
     "Your last reply was cut off at the output limit, so it was not used. "
     "Reply again, more briefly."
 )
+CUT_OFF_NUDGE_FENCED = (
+    "Your last reply was cut off at the output limit, so it was not used. Do not write long "
+    "values out: reply with one short ```python block that computes and prints them."
+)
 NO_CODE_NUDGE = (
     "You replied without running code, so nothing checks that answer. Reply with one ```python "
     "block that computes or checks the answer and prints it. If this message needs no code, "
@@ -167,7 +171,7 @@ class _Reply:
     @property
     def cut_off(self) -> bool:
         """Cut off at the output limit and not used (the context leaves it out)."""
-        return self.nudge == CUT_OFF_NUDGE
+        return self.nudge in (CUT_OFF_NUDGE, CUT_OFF_NUDGE_FENCED)
 
 
 def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
@@ -180,7 +184,7 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
             cells = [CellRequest(call.id, parsed.code)]
             return _Reply((call,), cells, None, parsed.ignored_blocks, None)
         if cut_off:
-            return _Reply((), [], None, 0, CUT_OFF_NUDGE)
+            return _Reply((), [], None, 0, CUT_OFF_NUDGE_FENCED)
         nudge = None if text.strip() else EMPTY_NUDGE_FENCED
         return _Reply((), [], parsed.answer, 0, nudge)
     calls = done.message.tool_calls
