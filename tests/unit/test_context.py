@@ -4,7 +4,13 @@ from pathlib import Path
 
 from recursa.models.types import AssistantMessage, ToolCall, ToolResult, UserMessage
 from recursa.protocol.events import AssistantReply, CellFinished, ModelUsage, UserInput
-from recursa.session.context import BASE_PROMPT, Conversation, find_context_files, system_prompt
+from recursa.session.context import (
+    ANSWER_HINT,
+    BASE_PROMPT,
+    Conversation,
+    find_context_files,
+    system_prompt,
+)
 
 
 def finished(call_id: str, output: str, cell: int = 1) -> CellFinished:
@@ -87,7 +93,7 @@ def test_fenced_projection_feeds_outputs_back_as_user_messages() -> None:
     )
     convo.apply(finished("f", "1\n"))
     assert convo.messages[1] == AssistantMessage("```python\nprint(1)\n```")
-    assert convo.messages[2] == UserMessage("Output:\n```\n1\n```")
+    assert convo.messages[2] == UserMessage("Output:\n```\n1\n```\n" + ANSWER_HINT)
 
 
 def test_inputs_from_other_agents_are_labelled() -> None:

@@ -118,12 +118,15 @@ class TurnStarted:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantReply:
     """One complete model reply. In the fenced-code protocol ``tool_calls`` holds
-    the code block found in ``text`` (with a generated id)."""
+    the code block found in ``text`` (with a generated id). ``cut_off``: the
+    reply stopped at the output limit and was not used; the store keeps it, the
+    model's context leaves it out (rows written before the field read False)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     step: int = 0
     fenced: bool = False
+    cut_off: bool = False
     type: Literal["assistant_reply"] = "assistant_reply"
 
 

@@ -23,18 +23,29 @@ from recursa.protocol.events import (
 from recursa.session.cells import parse_fenced
 from recursa.session.compaction import Entry, EntryKind, Measure, compacted, summary_entry
 
-BASE_PROMPT = """\
+
+def answer_rules(no_code: str) -> str:
+    """The final-answer rules, one wording for both protocols; ``no_code`` says
+    what a reply without code is in the protocol ("without a tool call",
+    "with no code block")."""
+    return (
+        "Find things out by running code rather than guessing, and check an answer with code "
+        f"before you give it. When the task is done, reply {no_code}, ending with "
+        "FINAL ANSWER: followed by the complete, direct answer; that reply ends the task."
+    )
+
+
+BASE_PROMPT = f"""\
 You work in a persistent IPython kernel through one tool, python, which runs a cell and returns its output. \
 Variables, imports and files persist between cells. Start a cell with %%bash for shell commands; top-level await works. \
 Long outputs are shortened; the full text of cell n is then in _out[n].
-Find things out by running code rather than guessing. When the task is done, reply without a tool call: \
-that reply is your final answer, so make it complete and direct.
+{answer_rules("without a tool call")}
 Also in the kernel (async; help(name) explains): rlm starts sub-agents that run on their own, \
 agent_message talks to other agents, harness keeps notes, memories and skills for later turns, \
 history searches everything this session did (also what was compacted out of your context), \
 goal reads and completes the goal a person set you, heartbeat schedules prompts to yourself."""
 
-FENCED_PROMPT = """\
+FENCED_PROMPT = f"""\
 You solve tasks by running Python code in a persistent Python session: \
 variables, imports and functions stay defined from one cell to the next.
 
@@ -42,9 +53,12 @@ Rules:
 - To run code, reply with exactly one ```python block and nothing after it. \
 Then wait: the next message shows the block's output.
 - Only printed output (and the value of a final bare expression) is shown, so print what you need to see.
-- Never guess an output; run code to find out.
-- When you know the answer, reply in plain text with no code block; that reply ends the task.
-- Your first reply must be a ```python block."""
+- Your first reply must be a ```python block.
+- {answer_rules("with no code block")}"""
+
+ANSWER_HINT = "If this answers the task, reply FINAL ANSWER: <answer>; otherwise send the next ```python block."
+"""The line that ends the model's view of a fenced cell that printed something:
+small models otherwise rerun a cell whose output already holds the answer."""
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
 MAX_CONTEXT_FILE_CHARS = 32_000
@@ -104,6 +118,15 @@ def render_cell_result(event: CellFinished) -> str:
     return event.output if event.output.strip() else "(no output)"
 
 
+def fenced_result(event: CellFinished, text: str) -> str:
+    """A cell's result as a fenced-protocol user message: the output, then
+    :data:`ANSWER_HINT` when the cell ran and printed something."""
+    message = f"Output:\n```\n{text.rstrip()}\n```"
+    if event.status == "ok" and event.output.strip():
+        message += "\n" + ANSWER_HINT
+    return message
+
+
 _INPUT_PREFIX = {
     "user": "",
     "system": "[harness] ",
@@ -128,7 +151,9 @@ class Conversation:
 
     ``apply`` every persisted event in order (replaying the log rebuilds the
     same list). Native-tool sessions get cell results as tool results;
-    fenced-code sessions get them as user messages.
+    fenced-code sessions get them as user messages (ending with
+    :data:`ANSWER_HINT` when the cell printed something). A reply cut off at
+    the output limit is left out: the store keeps it, the model never rereads it.
 
     Each message is kept as an :class:`~recursa.session.compaction.Entry`
     with the seq of its event (pass ``seq`` to ``apply``), so a ``compacted``
@@ -165,6 +190,8 @@ class Conversation:
                     self._turn_inputs.append(entry)
             case AssistantReply(text=text, tool_calls=calls, fenced=fenced):
                 self._close_unanswered()
+                if event.cut_off:
+                    return  # stored, but not shown again: the nudge that follows says why
                 self._reply_seq = seq
                 if fenced:
                     message = AssistantMessage(sendable(parse_fenced(text).kept))
@@ -175,7 +202,7 @@ class Conversation:
             case CellFinished():
                 text = sendable(render_cell_result(event))
                 if self.fenced:
-                    self._add(seq, "result", UserMessage(f"Output:\n```\n{text.rstrip()}\n```"))
+                    self._add(seq, "result", UserMessage(fenced_result(event, text)))
                 else:
                     self._add(seq, "result", ToolResult(event.call_id, text))
                     if event.call_id in self._unanswered:
@@ -221,11 +248,14 @@ class Conversation:
 
 
 __all__ = [
+    "ANSWER_HINT",
     "BASE_PROMPT",
     "CONTEXT_FILE_NAMES",
     "FENCED_PROMPT",
     "ContextFile",
     "Conversation",
+    "answer_rules",
+    "fenced_result",
     "find_context_files",
     "render_cell_result",
     "render_input",

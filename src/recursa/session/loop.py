@@ -16,16 +16,24 @@ the context (which the model call reads).
 A turn always ends with exactly one ``TurnEnded`` (unless it is cancelled, in
 which case the session records the interruption). The model's own mistakes
 never end a turn at once: an empty reply, a reply cut off at the output limit
-or a cell repeated verbatim is told to the model, and only when it keeps
-happening does the turn stop, with a reason that says so.
+(kept in the store, left out of the context) or a cell that repeats one of the
+last few is told to the model, and only when it keeps happening does the turn
+stop, with a reason that says so.
+
+Fenced-code models (small local ones) also get two answer checks, each at most
+once per turn, so a turn gets at most two of them and a conversational reply
+is never forced into code: an answer before any cell of the turn has run, and
+an answer right after a cell that printed nothing or failed, is sent back once
+with a nudge; the next answer is accepted whatever it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from recursa.config import Limits
@@ -53,19 +61,33 @@ from recursa.session.gateway import NO_RESULT
 MAX_NUDGES = 2
 """Consecutive empty or cut-off replies the model is told about before the turn stops."""
 
+REPEAT_WINDOW = 3
+"""In the fenced protocol a cell equal to one of the last this many cells is a
+repeat: A B A B ... is caught like A A A (a small model that alternates two
+failing cells never ends otherwise). Native-tool turns compare with the
+previous cell only."""
+
 REFUSE_REPEAT_AT = 3
-"""The third identical cell in a row is not run; the model is told instead."""
+"""The third repeated cell in a row is not run; the model is told instead."""
 
 STUCK_AT = 5
-"""The fifth identical cell in a row ends the turn as ``stuck``."""
+"""The fifth repeated cell in a row ends the turn as ``stuck``."""
 
 REPEATED_CELL_NOTE = (
     "[this cell is the same as your previous one; running it again will not change anything. "
     "Try a different approach, or give your final answer.]"
 )
+ALTERNATED_CELL_NOTE = (
+    "[this cell is the same as one you ran {back} cells ago; going back and forth between the "
+    "same cells will not change anything. Try a different approach, or give your final answer.]"
+)
 REFUSED_REPEAT = (
     "not run: this cell is identical to your previous {n} cells, so its output would be the same. "
     "Change your approach, or reply with your final answer."
+)
+REFUSED_ALTERNATION = (
+    "not run: your last {n} cells only repeated earlier ones, and so does this one, so its output "
+    "would be the same. Change your approach, or reply with your final answer."
 )
 EMPTY_NUDGE = (
     "Your last reply was empty. Run code with the python tool, or reply with your final answer."
@@ -74,6 +96,25 @@ EMPTY_NUDGE_FENCED = "Your last reply was empty. Reply with one ```python block,
 CUT_OFF_NUDGE = (
     "Your last reply was cut off at the output limit, so it was not used. "
     "Reply again, more briefly."
+)
+CUT_OFF_NUDGE_FENCED = (
+    "Your last reply was cut off at the output limit, so it was not used. Do not write long "
+    "values out: reply with one short ```python block that computes and prints them."
+)
+NO_CODE_NUDGE = (
+    "You replied without running code, so nothing checks that answer. Reply with one ```python "
+    "block that computes or checks the answer and prints it. If this message needs no code, "
+    "repeat your answer after FINAL ANSWER:."
+)
+NOTHING_PRINTED_NUDGE = (
+    "Your last cell printed nothing, so nothing you have seen backs that answer. Send one "
+    "```python block that prints the value, or, if you are sure, repeat your answer after "
+    "FINAL ANSWER:."
+)
+FAILED_CELL_NUDGE = (
+    "Your last cell failed, so nothing you have seen backs that answer. Send one ```python "
+    "block that fixes the error and prints the value, or, if you are sure, repeat your answer "
+    "after FINAL ANSWER:."
 )
 
 
@@ -127,6 +168,11 @@ class _Reply:
     ignored_blocks: int
     nudge: str | None
 
+    @property
+    def cut_off(self) -> bool:
+        """Cut off at the output limit and not used (the context leaves it out)."""
+        return self.nudge in (CUT_OFF_NUDGE, CUT_OFF_NUDGE_FENCED)
+
 
 def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
     text = done.message.text
@@ -138,7 +184,7 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
             cells = [CellRequest(call.id, parsed.code)]
             return _Reply((call,), cells, None, parsed.ignored_blocks, None)
         if cut_off:
-            return _Reply((), [], None, 0, CUT_OFF_NUDGE)
+            return _Reply((), [], None, 0, CUT_OFF_NUDGE_FENCED)
         nudge = None if text.strip() else EMPTY_NUDGE_FENCED
         return _Reply((), [], parsed.answer, 0, nudge)
     calls = done.message.tool_calls
@@ -158,9 +204,14 @@ class _Counts:
     steps: int = 0
     tokens: int = 0
     nudges: int = 0
-    previous_code: str | None = None
+    recent_code: deque[str] = field(default_factory=lambda: deque(maxlen=1))
     repeats: int = 0
     overflowed: bool = False
+    last_cell: CellFinished | None = None
+    """The turn's latest cell result (None until a cell has run)."""
+    cell_ran: bool = False
+    asked_for_code: bool = False
+    asked_for_output: bool = False
 
     def counters(self, now: float) -> TurnCounters:
         return TurnCounters(steps=self.steps, tokens=self.tokens, elapsed=now - self.start)
@@ -175,7 +226,10 @@ async def run_turn(
     ``resume``: the turn was cut short (the daemon crashed) and goes on from
     the context as stored: no ``turn_started``; its limits count afresh.
     """
-    counts = _Counts(start=hooks.clock())
+    # Native-tool models keep the plain check (the previous cell only); a resumed
+    # turn may have run cells before the crash, so it gets no first-answer check.
+    window = REPEAT_WINDOW if fenced else 1
+    counts = _Counts(start=hooks.clock(), recent_code=deque(maxlen=window), cell_ran=resume)
     if not resume:
         yield TurnStarted(turn=turn)
     while True:
@@ -216,7 +270,11 @@ async def run_turn(
         counts.tokens += outcome.usage.total_tokens
         reply = _read(outcome, fenced=fenced, turn=turn, step=counts.steps)
         yield AssistantReply(
-            text=outcome.message.text, tool_calls=reply.calls, step=counts.steps, fenced=fenced
+            text=outcome.message.text,
+            tool_calls=reply.calls,
+            step=counts.steps,
+            fenced=fenced,
+            cut_off=reply.cut_off,
         )
         if ended is not None and ended.usage is not None:
             yield ended.usage
@@ -238,6 +296,10 @@ async def run_turn(
         if not reply.cells:
             if hooks.deliver_steers():  # arrived during the last call: answer them too
                 continue
+            nudge = _answer_check(counts) if fenced else None
+            if nudge is not None:
+                yield UserInput(text=nudge, source="system", mode="steer")
+                continue
             yield TurnEnded(turn=turn, reason="answered", answer=reply.answer)
             return
 
@@ -248,6 +310,26 @@ async def run_turn(
         hooks.deliver_steers()
 
 
+def _answer_check(counts: _Counts) -> str | None:
+    """The nudge for a fenced answer that nothing backs yet, at most one of
+    each kind per turn (then the answer is accepted); None to accept it."""
+    if not counts.cell_ran:
+        if counts.asked_for_code:
+            return None
+        counts.asked_for_code = True
+        return NO_CODE_NUDGE
+    last = counts.last_cell
+    if last is None or counts.asked_for_output:
+        return None
+    if last.status in ("error", "timeout", "interrupted", "kernel_died"):
+        counts.asked_for_output = True
+        return FAILED_CELL_NUDGE
+    if last.status == "ok" and not last.output.strip():
+        counts.asked_for_output = True
+        return NOTHING_PRINTED_NUDGE
+    return None
+
+
 async def _run_cells(
     turn: int, hooks: TurnHooks, counts: _Counts, reply: _Reply
 ) -> AsyncIterator[Event]:
@@ -256,28 +338,42 @@ async def _run_cells(
     for cell in reply.cells:
         number = hooks.next_cell()
         if cell.code is None:
-            yield _rejected(number, cell.call_id, cell.error or "error: nothing was run.")
+            counts.last_cell = _rejected(
+                number, cell.call_id, cell.error or "error: nothing was run."
+            )
+            yield counts.last_cell
             continue
         code = cell.code.strip()
-        counts.repeats = counts.repeats + 1 if code == counts.previous_code else 1
-        counts.previous_code = code
+        recent = list(counts.recent_code)
+        # How many cells back this code last ran (0: not among the recent ones).
+        back = next((i for i, c in enumerate(reversed(recent), 1) if c == code), 0)
+        same_streak = all(c == code for c in recent[-counts.repeats :])
+        counts.repeats = counts.repeats + 1 if back else 1
+        counts.recent_code.append(code)
         if counts.repeats >= STUCK_AT:
-            detail = f"the model sent the same cell {counts.repeats} times in a row"
+            what = "the same cell" if same_streak else "cells that repeat earlier ones"
+            detail = f"the model sent {what} {counts.repeats} times in a row"
             yield TurnEnded(turn=turn, reason="stuck", detail=detail)
             return
         if counts.repeats >= REFUSE_REPEAT_AT:
-            yield _rejected(number, cell.call_id, REFUSED_REPEAT.format(n=counts.repeats - 1))
+            refused = REFUSED_REPEAT if same_streak else REFUSED_ALTERNATION
+            counts.last_cell = _rejected(number, cell.call_id, refused.format(n=counts.repeats - 1))
+            yield counts.last_cell
             continue
         yield CellStarted(cell=number, call_id=cell.call_id, code=cell.code)
         limit = cell_timeout(hooks.limits, counts.counters(hooks.clock()))
         result = await hooks.execute(number, cell.call_id, cell.code, limit)
+        counts.cell_ran = True
+        counts.last_cell = result
         notes = []
         if reply.ignored_blocks:
             notes.append(
                 f"[only the first code block of a reply runs; {reply.ignored_blocks} more ignored]"
             )
         if counts.repeats == 2:  # small models that repeat a cell keep repeating it unless told
-            notes.append(REPEATED_CELL_NOTE)
+            notes.append(
+                REPEATED_CELL_NOTE if back == 1 else ALTERNATED_CELL_NOTE.format(back=back)
+            )
         if notes:
             output = "\n".join([result.output.rstrip(), *notes]).lstrip()
             result = replace(result, output=output)
