@@ -41,6 +41,7 @@ Variables, imports and files persist between cells. Start a cell with %%bash for
 Long outputs are shortened; the full text of cell n is then in _out[n].
 {answer_rules("without a tool call")}
 Also in the kernel (async; help(name) explains): rlm starts sub-agents that run on their own, \
+llm asks a model one question and returns its reply as text (llm.batch for many, e.g. one per chunk of a long input), \
 agent_message talks to other agents, harness keeps notes, memories and skills for later turns, \
 history searches everything this session did (also what was compacted out of your context), \
 goal reads and completes the goal a person set you, heartbeat schedules prompts to yourself."""
