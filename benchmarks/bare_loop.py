@@ -99,14 +99,19 @@ class BareKernel:
         """Run ``code``; its stdout, stderr, results and traceback as text."""
         msg_id = self.client.execute(code)
         parts: list[str] = []
-        deadline = time.monotonic() + timeout
+        deadline, interrupted = time.monotonic() + timeout, False
         while True:
             left = deadline - time.monotonic()
             try:
                 msg = await self.client.get_iopub_msg(timeout=max(left, 0.01))
             except Exception:  # queue.Empty: the cell ran out of time
+                if interrupted:  # it did not stop within the grace: the next cell may queue
+                    return "".join(parts)
+                # Interrupt, then wait for the cell to end, or the kernel aborts the next one.
                 await self.manager.interrupt_kernel()
-                return "".join(parts) + f"\n[interrupted after {timeout:.0f} s]"
+                parts.append(f"\n[interrupted after {timeout:.0f} s]\n")
+                deadline, interrupted = time.monotonic() + 10, True
+                continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]

@@ -157,6 +157,13 @@ async def main() -> None:
     )
     parser.add_argument("--native", action="store_true", help="add the native tool-call arm")
     parser.add_argument("--arms", default="", help="arms to run, e.g. bare,native (default: all)")
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="RECURSA_HOME for the recursa arms (default: a temporary one); reuse one to "
+        "keep what recursa prepares on first use, such as its kernel environment",
+    )
     parser.add_argument("--json", type=Path, default=None, help="results file (resumed if present)")
     args = parser.parse_args()
 
@@ -182,7 +189,7 @@ async def main() -> None:
     started = time.monotonic()
     try:
         async with RecursaArm(
-            base / "home", args.model, max_steps=args.steps, max_time=args.max_time
+            args.home or base / "home", args.model, max_steps=args.steps, max_time=args.max_time
         ) as arm:
             bench = Bench(args, base / "work", arm)
             for n, task in enumerate(tasks, 1):

@@ -195,6 +195,13 @@ async def main() -> None:
     parser.add_argument("--max-time", type=float, default=600)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--haystack", type=Path, default=None)
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="RECURSA_HOME for the recursa arms (default: a temporary one); reuse one to "
+        "keep what recursa prepares on first use, such as its kernel environment",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -208,7 +215,7 @@ async def main() -> None:
     results: list[dict[str, Any]] = []
     try:
         async with RecursaArm(
-            base / "home", args.model, max_steps=args.steps, max_time=args.max_time
+            args.home or base / "home", args.model, max_steps=args.steps, max_time=args.max_time
         ) as arm:
             provider = LocalProvider(arm.config)
             path = await provider.prepare(args.model.split("/", 1)[1])
