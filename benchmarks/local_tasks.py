@@ -56,11 +56,12 @@ def workspace(base: Path, task: Task, arm: str) -> Path:
 
 
 def merge(turns: list[Outcome]) -> dict[str, Any]:
-    """A task's result over its turns: the last turn's answer, the totals of the rest."""
+    """A task's result over its turns: the last turn's answer, the totals of all. A bare
+    arm's first entry is its kernel's start (recursa's turns include it), counted in time only."""
     last = turns[-1]
     return {
         "answer": last.answer,
-        "reason": ",".join(t.reason for t in turns),
+        "reason": ",".join(t.reason for t in turns if t.reason != "kernel"),
         "steps": sum(t.steps for t in turns),
         "input_tokens": sum(t.input_tokens for t in turns),
         "output_tokens": sum(t.output_tokens for t in turns),
@@ -93,8 +94,9 @@ class Bench:
 
     async def bare(self, task: Task) -> list[Outcome]:
         messages: list[Message] = []
+        started = time.monotonic()
         async with BareKernel(workspace(self.base, task, "bare")) as kernel:
-            turns = []
+            turns = [Outcome(reason="kernel", seconds=time.monotonic() - started)]
             for prompt in task.prompts:
                 turns.append(
                     await fenced_turn(
@@ -109,8 +111,9 @@ class Bench:
         path = await self.provider.prepare(self.model)
         loaded, template = native_model(path)
         messages: list[dict[str, Any]] = []
+        started = time.monotonic()
         async with BareKernel(workspace(self.base, task, "native")) as kernel:
-            turns = []
+            turns = [Outcome(reason="kernel", seconds=time.monotonic() - started)]
             for prompt in task.prompts:
                 turns.append(
                     await native_turn(loaded, template, kernel, messages, prompt, **self.limits)
