@@ -147,6 +147,7 @@ async def fenced_turn(
 ) -> Outcome:
     """One user message, run to an answer; ``messages`` keeps the conversation for a follow-up."""
     out, started = Outcome(), time.monotonic()
+    failed: str | None
     messages.append(UserMessage(task))
     while out.steps < max_steps:
         if time.monotonic() - started > max_time:
@@ -154,22 +155,29 @@ async def fenced_turn(
             break
         out.steps += 1
         request = Request(model=model, system=SYSTEM, messages=tuple(messages))
-        text = ""
-        async for event in provider.stream(request):
-            if isinstance(event, Done):
-                text = event.message.text
-                out.input_tokens += event.usage.input_tokens
-                out.output_tokens += event.usage.output_tokens
-            elif isinstance(event, Failed):
-                out.reason, out.seconds = event.kind, time.monotonic() - started
-                return out
+        text, failed = "", None
+        try:  # the time limit holds during a call too, as recursa's does
+            async with asyncio.timeout(max_time - (time.monotonic() - started)):
+                async for event in provider.stream(request):
+                    if isinstance(event, Done):
+                        text = event.message.text
+                        out.input_tokens += event.usage.input_tokens
+                        out.output_tokens += event.usage.output_tokens
+                    elif isinstance(event, Failed):
+                        failed = event.kind
+        except TimeoutError:
+            failed = "max_time"
+        if failed:
+            out.reason, out.seconds = failed, time.monotonic() - started
+            return out
         messages.append(AssistantMessage(text))
         final, code = FINAL.search(text), CODE.search(text)
         if final or not code:
             out.answer = (final.group(1) if final else text).strip()
             break
         out.cells.append(code.group(1))
-        output = await kernel.run(code.group(1), cell_timeout)
+        left = max_time - (time.monotonic() - started)
+        output = await kernel.run(code.group(1), max(1.0, min(cell_timeout, left)))
         messages.append(UserMessage("Output:\n" + cut(output or "(no output)", output_chars)))
     else:
         out.reason = "max_steps"
@@ -228,16 +236,26 @@ async def native_turn(
         system = [{"role": "system", "content": NATIVE_SYSTEM}]
         prompt = render(messages=system + messages, tools=[PYTHON_TOOL], add_generation_prompt=True)
         tokens = loaded.llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-        result = await asyncio.to_thread(
-            generate,
-            loaded,
-            tokens,
-            max_tokens=DEFAULT_MAX_TOKENS,
-            temperature=DEFAULT_TEMPERATURE,
-            stop=[],
-            cancel=threading.Event(),
-            on_text=lambda _: None,
+        cancel = threading.Event()
+        call = asyncio.ensure_future(
+            asyncio.to_thread(
+                generate,
+                loaded,
+                tokens,
+                max_tokens=DEFAULT_MAX_TOKENS,
+                temperature=DEFAULT_TEMPERATURE,
+                stop=[],
+                cancel=cancel,
+                on_text=lambda _: None,
+            )
         )
+        done, _ = await asyncio.wait([call], timeout=max_time - (time.monotonic() - started))
+        if not done:  # out of time: stop the generation and wait for its thread
+            cancel.set()
+            await call
+            out.reason = "max_time"
+            break
+        result = call.result()
         out.input_tokens += result.prompt_tokens
         out.output_tokens += result.output_tokens
         code = tool_code(result.text)
@@ -251,7 +269,8 @@ async def native_turn(
             {"role": "assistant", "content": "", "tool_calls": [{"function": function}]}
         )
         out.cells.append(code)
-        output = await kernel.run(code, cell_timeout)
+        left = max_time - (time.monotonic() - started)
+        output = await kernel.run(code, max(1.0, min(cell_timeout, left)))
         messages.append({"role": "tool", "content": cut(output or "(no output)", output_chars)})
     else:
         out.reason = "max_steps"
