@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bare_loop import BareKernel, Outcome, fenced_turn, native_model, native_turn
-from recursa_arm import RecursaArm
+from recursa_arm import RecursaArm, add_home_option
 from task_set import GROUPS, Task, build
 
 from recursa.models.local.provider import LocalProvider
@@ -160,13 +160,7 @@ async def main() -> None:
     )
     parser.add_argument("--native", action="store_true", help="add the native tool-call arm")
     parser.add_argument("--arms", default="", help="arms to run, e.g. bare,native (default: all)")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        default=None,
-        help="RECURSA_HOME for the recursa arms (default: a temporary one); reuse one to "
-        "keep what recursa prepares on first use, such as its kernel environment",
-    )
+    add_home_option(parser)
     parser.add_argument("--json", type=Path, default=None, help="results file (resumed if present)")
     args = parser.parse_args()
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bare_loop import BareKernel, Outcome, fenced_turn
-from recursa_arm import RecursaArm, cli_run, has_context_file
+from recursa_arm import RecursaArm, add_home_option, cli_run, has_context_file
 
 from recursa.models.local.engine import LoadedModel, loaded_models
 from recursa.models.local.provider import LocalProvider
@@ -195,13 +195,7 @@ async def main() -> None:
     parser.add_argument("--max-time", type=float, default=600)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--haystack", type=Path, default=None)
-    parser.add_argument(
-        "--home",
-        type=Path,
-        default=None,
-        help="RECURSA_HOME for the recursa arms (default: a temporary one); reuse one to "
-        "keep what recursa prepares on first use, such as its kernel environment",
-    )
+    add_home_option(parser)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 

@@ -14,6 +14,7 @@ loaded by that process.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -29,6 +30,17 @@ from recursa.config import load_config
 from recursa.protocol.events import ModelUsage
 from recursa.runtime import Runtime
 from recursa.session.session import Session
+
+
+def add_home_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--home`` option every benchmark that runs recursa arms takes."""
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="RECURSA_HOME for the recursa arms (default: a temporary one); reuse one to "
+        "keep what recursa prepares on first use, such as its kernel environment",
+    )
 
 
 class RecursaArm:
