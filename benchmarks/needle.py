@@ -197,6 +197,9 @@ async def main() -> None:
     parser.add_argument("--haystack", type=Path, default=None)
     add_home_option(parser)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the run's directory (sessions, CLI home)"
+    )
     args = parser.parse_args()
 
     arms = [a for a in args.arms.split(",") if a]
@@ -226,7 +229,8 @@ async def main() -> None:
                     for name in arms:
                         workdir = base / f"{length}-{i}-{name}"
                         out = await run_sample(name, ctx, workdir, document, key)
-                        shutil.rmtree(workdir, ignore_errors=True)
+                        if not args.keep:
+                            shutil.rmtree(workdir, ignore_errors=True)
                         correct = bool(out.answer) and value in re.sub(
                             r"[,\s]", "", out.answer or ""
                         )
@@ -248,7 +252,10 @@ async def main() -> None:
                         if args.json:
                             args.json.write_text(json.dumps(results, indent=1))
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {base}", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     print(f"\n{args.model}, seed {args.seed}, {args.samples} needles per length")
     print(f"{'length':>7s} {'arm':13s} {'score':>7s} {'mean in tok':>11s} {'mean wall s':>11s}")
     for length in [int(n) for n in args.lengths.split(",")]:

@@ -24,6 +24,7 @@ from recursa.session.loop import (
     FAILED_CELL_NUDGE,
     NO_CODE_NUDGE,
     NOTHING_PRINTED_NUDGE,
+    REPAIRED_MARKER_NOTE,
     run_turn,
 )
 
@@ -223,3 +224,96 @@ def test_the_cut_off_flag_is_stored_and_old_rows_read_false() -> None:
     old = event_to_dict(AssistantReply(text="xx"))
     del old["cut_off"]
     assert event_from_dict(old) == AssistantReply(text="xx")
+
+
+# -- the answer marker written in code --------------------------------------------------
+
+
+async def test_a_printed_marker_is_made_python_and_its_value_ends_the_turn() -> None:
+    h = Harness(fenced=True)
+    source = "s = sum(range(10))\nprint(FINAL ANSWER: {s})"
+    end = await h.turn("marker-in-print", [code(source)])
+    assert (end.reason, end.answer) == ("answered", "45")
+    assert [c.code for c in h.of(CellStarted)] == ['s = sum(range(10))\nprint(f"FINAL ANSWER: {s}")']
+    (finished,) = h.of(CellFinished)
+    assert finished.output.startswith("FINAL ANSWER: 45\n") and REPAIRED_MARKER_NOTE in finished.output
+    assert source in h.of(AssistantReply)[0].text  # the reply is stored as the model wrote it
+    assert len(h.script.requests) == 1
+
+
+async def test_a_bare_marker_line_in_code_is_a_guess_and_is_left_out() -> None:
+    h = Harness(fenced=True)
+    steps = [code("x = 6 * 7\nprint(x)\nFINAL ANSWER: 30"), reply("FINAL ANSWER: 42")]
+    end = await h.turn("marker-line", steps)
+    assert (end.reason, end.answer) == ("answered", "42")
+    assert [c.code for c in h.of(CellStarted)] == ["x = 6 * 7\nprint(x)"]
+    assert h.of(CellFinished)[0].status == "ok"
+
+
+async def test_code_that_is_python_is_never_rewritten() -> None:
+    h = Harness(fenced=True)
+    source = "FINAL_ANSWER = 3\nprint('FINAL ANSWER is', FINAL_ANSWER)"
+    end = await h.turn("python-already", [code(source), reply("FINAL ANSWER: 3")])
+    assert end.answer == "3"
+    assert [c.code for c in h.of(CellStarted)] == [source]
+    assert REPAIRED_MARKER_NOTE not in h.of(CellFinished)[0].output
+
+
+async def test_a_cell_whose_last_line_is_the_marker_answers() -> None:
+    h = Harness(fenced=True)
+    end = await h.turn("printed-answer", [code('print("work")\nprint(f"FINAL ANSWER: {7 * 6}")')])
+    assert (end.reason, end.answer) == ("answered", "42")
+    assert len(h.script.requests) == 1
+
+
+async def test_a_printed_marker_answers_only_as_the_last_line_and_only_fenced() -> None:
+    h = Harness(fenced=True)
+    steps = [code('print("FINAL ANSWER: 1")\nprint("more")'), reply("FINAL ANSWER: 2")]
+    assert (await h.turn("not-last", steps)).answer == "2"
+    native = Harness()
+    steps = [code('print("FINAL ANSWER: 1")'), reply("2")]
+    assert (await native.turn("native-printed", steps)).answer == "2"
+
+
+async def test_a_repeated_cell_is_told_the_reply_its_one_line_output_makes() -> None:
+    h = Harness(fenced=True)
+    steps = [code("t = 503.67\nprint(t)"), code("print(t)"), code("print(t)"), code("print(t)")]
+    steps.append(reply("FINAL ANSWER: 503.67"))
+    end = await h.turn("suggested", steps)
+    assert (end.reason, end.answer) == ("answered", "503.67")
+    outputs = [f.output for f in h.of(CellFinished)]
+    suggestion = "If the output you have, 503.67, answers the task, reply: FINAL ANSWER: 503.67"
+    assert suggestion not in outputs[0] and suggestion not in outputs[1]
+    assert outputs[2].startswith("503.67\n[this cell is the same") and outputs[2].endswith(suggestion)
+    assert outputs[3].startswith("not run:") and outputs[3].endswith(suggestion)
+
+
+async def test_no_answer_is_suggested_from_long_or_failed_output() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print('a')\nprint('b')"), code("print(1/0)"), code("print(1/0)")]
+    steps.append(reply("FINAL ANSWER: b"))
+    await h.turn("no-suggestion", steps)
+    assert all("answers the task, reply" not in f.output for f in h.of(CellFinished))
+
+
+async def test_a_marker_line_in_code_answers_when_seen_output_backs_it() -> None:
+    h = Harness(fenced=True)
+    steps = [code("t = 503.67\nprint(t)\nFINAL ANSWER: 120.00"), code("print(t)\nFINAL ANSWER: 503.67")]
+    end = await h.turn("backed", steps)
+    assert (end.reason, end.answer) == ("answered", "503.67")
+    assert len(h.script.requests) == 2  # the guess in the first cell was not taken
+
+
+async def test_a_marker_value_must_match_whole_in_the_output() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(503.67)\nFINAL ANSWER: 5"), code("print(1)\nFINAL ANSWER: 503.6"), reply("x")]
+    end = await h.turn("not-whole", steps)
+    assert end.answer == "x"
+
+
+async def test_an_answer_in_a_comment_is_taken_when_seen_output_backs_it() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(503.67)  # FINAL ANSWER: 1\n# Final answer: 9"), code("# Final answer: 503.67")]
+    end = await h.turn("comment", steps)
+    assert (end.reason, end.answer) == ("answered", "503.67")
+    assert [c.code for c in h.of(CellStarted)][1] == "# Final answer: 503.67"  # Python: as it is

@@ -13,7 +13,9 @@
   itself;
 - :data:`history` and :data:`compact` (:mod:`recursa.api.history`): the
   session's full event log, including what compaction took out of the
-  context, and compaction on request.
+  context, and compaction on request;
+- :func:`search` (:mod:`recursa.api.text`): the passages of a long text that
+  best match the words of a question (local, no daemon call).
 
 These run inside the kernel process and reach the daemon over its unix socket
 with the session's kernel token (:mod:`recursa.api.client`): the daemon
@@ -42,6 +44,7 @@ from recursa.api.history import Compact, History, compact, history
 from recursa.api.llm import Llm, LlmBatchError, llm
 from recursa.api.messages import AgentMessenger, Message, agent_message
 from recursa.api.rlm import Rlm, SubagentHandle, rlm
+from recursa.api.text import search
 from recursa.errors import SubagentFailed
 
 NAMES = (
@@ -54,13 +57,14 @@ NAMES = (
     "heartbeat",
     "history",
     "compact",
+    "search",
 )
 """What :func:`install` binds."""
 
 
 def install(namespace: dict[str, Any]) -> None:
     """Bind :data:`NAMES` (``rlm``, ``llm``, ``agent_message``, ``harness``, ``refine``, ``goal``,
-    ``heartbeat``, ``history``, ``compact``) into ``namespace`` (a kernel's user
+    ``heartbeat``, ``history``, ``compact``, ``search``) into ``namespace`` (a kernel's user
     namespace, at its start)."""
     namespace["rlm"] = rlm
     namespace["llm"] = llm
@@ -71,6 +75,7 @@ def install(namespace: dict[str, Any]) -> None:
     namespace["heartbeat"] = heartbeat
     namespace["history"] = history
     namespace["compact"] = compact
+    namespace["search"] = search
 
 
 __all__ = [
@@ -98,4 +103,5 @@ __all__ = [
     "llm",
     "refine",
     "rlm",
+    "search",
 ]

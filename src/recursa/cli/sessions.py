@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -123,13 +124,17 @@ async def _attach(
 ) -> int:
     async with _client() as client:
         info = await client.session(ref)
-        last_turn, last_seq, last_status = await _history_marks(client, info.id)
-        cursor = after if after is not None else last_turn
+        marks = await _history_marks(client, info.id)
+        cursor = after if after is not None else marks.turn
         state = Follow(cursor=cursor, running=info.status == "running")
         # Replayed idle statuses are history: only the one the session is in
-        # now (its last status, when settled) or a later one ends the wait.
-        settled = info.status in ("idle", "inactive")
-        settled_from = last_status if settled else last_seq + 1
+        # now (its last stored status, when settled) or a later one ends the
+        # wait. The status is read from the same scan as the marks: ``info``
+        # can be older than the scan, and a turn that ended between the two
+        # reads would otherwise leave the wait for an idle already passed.
+        status = marks.status or info.status
+        settled = status in ("idle", "inactive")
+        settled_from = marks.status_seq if settled else marks.last_seq + 1
         printer = TranscriptPrinter(color=color_enabled(sys.stderr))
         print(f"── attached to {info.id} ({info.status}); Ctrl-C twice to detach", file=sys.stderr)
 
@@ -162,21 +167,31 @@ async def _attach(
     return 0
 
 
-async def _history_marks(client: DaemonClient, session: str) -> tuple[int, int, int]:
-    """The cursor just before the session's last turn (so attaching shows it
-    whole), the sequence number of its last stored event, and that of its
-    last stored status change."""
-    cursor = 0
-    previous = 0
-    status = 0
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """Where a session's stored history stands, read in one scan."""
+
+    turn: int
+    """The cursor just before the last turn (attaching shows that turn whole)."""
+    last_seq: int
+    """The sequence number of the last stored event."""
+    status_seq: int
+    """That of the last stored status change (0: none yet)."""
+    status: str
+    """The status it set ("" when there is none)."""
+
+
+async def _history_marks(client: DaemonClient, session: str) -> _Marks:
+    cursor = previous = status_seq = 0
+    status = ""
     events = client.events(session, after=0, follow=False)
     async for record in events:
         if isinstance(record.event, TurnStarted):
             cursor = previous
         elif isinstance(record.event, StatusChanged):
-            status = record.seq
+            status_seq, status = record.seq, record.event.status
         previous = record.seq
-    return cursor, previous, status
+    return _Marks(turn=cursor, last_seq=previous, status_seq=status_seq, status=status)
 
 
 @app.command()

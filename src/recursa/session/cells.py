@@ -12,6 +12,7 @@ Two protocols reach the same loop:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ class CellRequest:
     call_id: str
     code: str | None
     error: str | None = None
+    repaired: str | None = None
+    """What runs instead of ``code`` (fenced cells only): see :func:`repair_answer_marker`."""
+    stated: str | None = None
+    """The answer a ``FINAL ANSWER:`` line left out of ``code`` stated, if any."""
+
+    @property
+    def runs(self) -> str | None:
+        """The source that runs."""
+        return self.repaired if self.repaired is not None else self.code
 
 
 def check_tool_call(call: ToolCall) -> CellRequest:
@@ -132,6 +142,69 @@ def final_answer(text: str) -> str:
     return text.strip()
 
 
+_PRINTED_MARKER = re.compile(r"^(\s*)print\(\s*FINAL[ _]ANSWER\s*:\s*(.*?)\s*\)\s*$", re.I)
+_BARE_MARKER = re.compile(r"^\s*FINAL[ _]ANSWER\s*:", re.I)
+
+
+def compiles(code: str) -> bool:
+    """``code`` is Python a kernel can run (top-level await allowed)."""
+    try:
+        compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def repair_answer_marker(code: str) -> str | None:
+    """A fenced cell that is not Python only because the answer marker was
+    written in it as if it were: ``print(FINAL ANSWER: {x})`` becomes
+    ``print(f"FINAL ANSWER: {x}")`` (the value is printed, so the turn ends
+    with it, see :func:`printed_answer`), and a bare ``FINAL ANSWER: ...``
+    line is left out (its value is still the cell's :func:`stated_answer`).
+    None when ``code`` compiles, has no marker, or is still not Python after."""
+    if not _FINAL.search(code) or compiles(code):
+        return None
+    lines = []
+    for line in code.splitlines():
+        printed = _PRINTED_MARKER.match(line)
+        if printed:
+            indent, value = printed.groups()
+            if '"' in value or "\\" in value:
+                return None
+            if "{" not in value:
+                value = "{" + value + "}"
+            lines.append(f'{indent}print(f"FINAL ANSWER: {value}")')
+        elif not _BARE_MARKER.match(line):
+            lines.append(line)
+    repaired = "\n".join(lines)
+    return repaired if repaired.strip() and compiles(repaired) else None
+
+
+_STATED = re.compile(r"^\s*(?:#\s*)?FINAL[ _]ANSWER\s*[:：]\s*(.*?)\s*$", re.I)
+
+
+def stated_answer(code: str) -> str | None:
+    """The answer a fenced cell states on a line of its own, as a comment
+    (``# Final answer: 503.67``) or as bare text (``FINAL ANSWER: 503.67``):
+    the last such line's value, else None. Whether it is taken is the
+    loop's call (only when output the model has seen holds it)."""
+    stated = None
+    for line in code.splitlines():
+        found = _STATED.match(line)
+        if found and found.group(1):
+            stated = found.group(1)
+    return stated
+
+
+def printed_answer(output: str) -> str | None:
+    """The answer a cell printed as its last line, ``FINAL ANSWER: ...``, else None."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines and _BARE_MARKER.match(lines[-1]):
+        answer = _FINAL.split(lines[-1], maxsplit=1)[-1].strip()
+        return answer or None
+    return None
+
+
 def _unquote(text: str) -> str:
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
@@ -144,6 +217,10 @@ __all__ = [
     "CellRequest",
     "FencedReply",
     "check_tool_call",
+    "compiles",
     "final_answer",
     "parse_fenced",
+    "printed_answer",
+    "repair_answer_marker",
+    "stated_answer",
 ]

@@ -57,7 +57,10 @@ Then wait: the next message shows the block's output.
 - Your first reply must be a ```python block.
 - {answer_rules("with no code block")}"""
 
-ANSWER_HINT = "If this answers the task, reply FINAL ANSWER: <answer>; otherwise send the next ```python block."
+ANSWER_HINT = (
+    "If this answers the task, reply with FINAL ANSWER: and the answer, with no code; "
+    "otherwise send the next ```python block."
+)
 """The line that ends the model's view of a fenced cell that printed something:
 small models otherwise rerun a cell whose output already holds the answer."""
 

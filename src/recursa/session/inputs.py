@@ -169,17 +169,15 @@ def how_to_read(name: str) -> str:
     """How to read a long text with code, in words a small model follows.
     The hints answer what went wrong without them: a whole phrase that did
     not match, a ``find()`` position taken for the answer, a printed text
-    whose middle was cut from the output."""
+    whose middle was cut from the output (:func:`recursa.api.text.search`
+    answers the first two)."""
     return (
-        "Read it with code (import re first), printing only what you need:\n"
-        "- to find something, search for one or two words of the question (not a long "
-        "phrase) and print the text around each hit, which holds the answer (the hit's "
-        "position does not):\n"
-        f"  for m in re.finditer(r'word', {name}, re.I): "
-        f"print({name}[max(0, m.start() - 300):m.end() + 300])\n"
-        f"- {name}[:1000] is the start; {name}.splitlines() or {name}[i:i + 4000] "
-        "give pieces to loop over.\n"
-        "Printing all of it gets cut off."
+        "Read it with code, printing only what you need:\n"
+        f"- to find something, run search({name}, 'words of the question'): it prints the "
+        "passages holding most of those words, with the text around them; the answer is in "
+        "what it prints.\n"
+        f"- {name}[:1000] is the start; {name}.splitlines() or {name}[i:i + 4000] give pieces "
+        "to loop over. Printing all of it gets cut off."
     )
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -55,7 +56,15 @@ from recursa.protocol.events import (
     TurnStarted,
     UserInput,
 )
-from recursa.session.cells import CellRequest, check_tool_call, final_answer, parse_fenced
+from recursa.session.cells import (
+    CellRequest,
+    check_tool_call,
+    final_answer,
+    parse_fenced,
+    printed_answer,
+    repair_answer_marker,
+    stated_answer,
+)
 from recursa.session.gateway import NO_RESULT
 
 MAX_NUDGES = 2
@@ -89,6 +98,17 @@ REFUSED_ALTERNATION = (
     "not run: your last {n} cells only repeated earlier ones, and so does this one, so its output "
     "would be the same. Change your approach, or reply with your final answer."
 )
+REPAIRED_MARKER_NOTE = (
+    "[FINAL ANSWER: is not Python, so this cell ran with print(FINAL ANSWER: ...) written as "
+    'print(f"FINAL ANSWER: {...}") and bare FINAL ANSWER: lines left out. Print values in '
+    "code; write FINAL ANSWER: outside the code block.]"
+)
+"""Appended to the output of a fenced cell :func:`repair_answer_marker` changed."""
+SUGGESTED_ANSWER = " If the output you have, {value}, answers the task, reply: FINAL ANSWER: {value}"
+"""Added to the notes on a repeated fenced cell when an earlier cell of the turn
+printed one short line: a small model that repeats a cell whose output is its
+answer copies a concrete reply where it ignores a general rule."""
+SUGGESTED_MAX_CHARS = 160
 EMPTY_NUDGE = (
     "Your last reply was empty. Run code with the python tool, or reply with your final answer."
 )
@@ -167,6 +187,7 @@ class _Reply:
     answer: str | None
     ignored_blocks: int
     nudge: str | None
+    fenced: bool = False
 
     @property
     def cut_off(self) -> bool:
@@ -181,8 +202,14 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
         parsed = parse_fenced(text)
         if parsed.code is not None and parsed.complete:
             call = ToolCall(f"fenced_{turn}_{step}", "python", json.dumps({"code": parsed.code}))
-            cells = [CellRequest(call.id, parsed.code)]
-            return _Reply((call,), cells, None, parsed.ignored_blocks, None)
+            cell = CellRequest(
+                call.id,
+                parsed.code,
+                repaired=repair_answer_marker(parsed.code),
+                stated=stated_answer(parsed.code),
+            )
+            cells = [cell]
+            return _Reply((call,), cells, None, parsed.ignored_blocks, None, fenced=True)
         if cut_off:
             return _Reply((), [], None, 0, CUT_OFF_NUDGE_FENCED)
         nudge = None if text.strip() else EMPTY_NUDGE_FENCED
@@ -210,6 +237,11 @@ class _Counts:
     last_cell: CellFinished | None = None
     """The turn's latest cell result (None until a cell has run)."""
     cell_ran: bool = False
+    printed: str | None = None
+    """The last one-line output of a successful cell this turn (fenced), for
+    :data:`SUGGESTED_ANSWER`."""
+    seen: list[str] = field(default_factory=list)
+    """The outputs of this turn's successful cells (fenced)."""
     asked_for_code: bool = False
     asked_for_output: bool = False
 
@@ -357,27 +389,62 @@ async def _run_cells(
             return
         if counts.repeats >= REFUSE_REPEAT_AT:
             refused = REFUSED_REPEAT if same_streak else REFUSED_ALTERNATION
-            counts.last_cell = _rejected(number, cell.call_id, refused.format(n=counts.repeats - 1))
+            why = refused.format(n=counts.repeats - 1) + _suggested(counts)
+            counts.last_cell = _rejected(number, cell.call_id, why)
             yield counts.last_cell
             continue
-        yield CellStarted(cell=number, call_id=cell.call_id, code=cell.code)
+        runs = cell.runs or cell.code
+        yield CellStarted(cell=number, call_id=cell.call_id, code=runs)
         limit = cell_timeout(hooks.limits, counts.counters(hooks.clock()))
-        result = await hooks.execute(number, cell.call_id, cell.code, limit)
+        result = await hooks.execute(number, cell.call_id, runs, limit)
         counts.cell_ran = True
         counts.last_cell = result
+        # The model's own code printed its answer: the turn is done once the cell is shown.
+        answer = None
+        if reply.fenced and result.status == "ok":
+            counts.seen.append(result.output)
+            _remember_printed(counts, result)
+            answer = printed_answer(result.output) or _backed(cell.stated, counts.seen)
         notes = []
+        if cell.repaired is not None:
+            notes.append(REPAIRED_MARKER_NOTE)
         if reply.ignored_blocks:
             notes.append(
                 f"[only the first code block of a reply runs; {reply.ignored_blocks} more ignored]"
             )
         if counts.repeats == 2:  # small models that repeat a cell keep repeating it unless told
-            notes.append(
-                REPEATED_CELL_NOTE if back == 1 else ALTERNATED_CELL_NOTE.format(back=back)
-            )
+            note = REPEATED_CELL_NOTE if back == 1 else ALTERNATED_CELL_NOTE.format(back=back)
+            notes.append(note + _suggested(counts))
         if notes:
             output = "\n".join([result.output.rstrip(), *notes]).lstrip()
             result = replace(result, output=output)
         yield result
+        if answer is not None:
+            yield TurnEnded(turn=turn, reason="answered", answer=answer)
+            return
+
+
+def _backed(stated: str | None, seen: list[str]) -> str | None:
+    """``stated`` (a ``FINAL ANSWER:`` written inside a cell) when an output the
+    model has seen this turn holds it; a value it could not have seen is a guess."""
+    value = (stated or "").rstrip(".")
+    if not value:
+        return None
+    whole = re.compile(rf"(?<![\w.]){re.escape(value)}(?!\w|\.\d)")
+    return stated if any(whole.search(output) for output in seen) else None
+
+
+def _remember_printed(counts: _Counts, result: CellFinished) -> None:
+    lines = [line.strip() for line in result.output.splitlines() if line.strip()]
+    if result.status == "ok" and len(lines) == 1 and len(lines[0]) <= SUGGESTED_MAX_CHARS:
+        counts.printed = lines[0]
+
+
+def _suggested(counts: _Counts) -> str:
+    """:data:`SUGGESTED_ANSWER` for the turn's last one-line output, if any."""
+    if counts.printed is None:
+        return ""
+    return SUGGESTED_ANSWER.format(value=counts.printed)
 
 
 def _rejected(cell: int, call_id: str, why: str) -> CellFinished:

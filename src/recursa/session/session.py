@@ -289,6 +289,9 @@ class Session:
     # ------------------------------------------------------------------ turns
 
     def _start_worker(self, *, resume: Cut | None = None) -> None:
+        # Running from now, before the caller returns: whoever sent the input
+        # and then waits for the session to settle must not see the old idle.
+        self._set_status("running")
         self._worker = self.deps.tasks.start(self._work(resume), name=f"session {self.id}")
         self._worker.add_done_callback(lambda _: self.deps.host.activity())
 
