@@ -291,6 +291,14 @@ class CrashLoop:
             self._tasks.append(asyncio.create_task(self.follow(tracked)))
             self._tasks.append(asyncio.create_task(self.keep_busy(tracked)))
         try:
+            # A follower whose first connection meets a killed daemon is told "no
+            # daemon is running" (it reconnects only once it has connected): the
+            # kills start when every follower is connected.
+            await self.board.until(
+                lambda: all(t.records > 0 for t in self.sessions),
+                ROUND_TIMEOUT,
+                lambda: "every follower's first record: " + self.describe(),
+            )
             while len(self.kills) < KILLS:
                 await self.kill_round()
             self.stopping = True

@@ -234,9 +234,13 @@ async def test_a_printed_marker_is_made_python_and_its_value_ends_the_turn() -> 
     source = "s = sum(range(10))\nprint(FINAL ANSWER: {s})"
     end = await h.turn("marker-in-print", [code(source)])
     assert (end.reason, end.answer) == ("answered", "45")
-    assert [c.code for c in h.of(CellStarted)] == ['s = sum(range(10))\nprint(f"FINAL ANSWER: {s}")']
+    assert [c.code for c in h.of(CellStarted)] == [
+        's = sum(range(10))\nprint(f"FINAL ANSWER: {s}")'
+    ]
     (finished,) = h.of(CellFinished)
-    assert finished.output.startswith("FINAL ANSWER: 45\n") and REPAIRED_MARKER_NOTE in finished.output
+    assert (
+        finished.output.startswith("FINAL ANSWER: 45\n") and REPAIRED_MARKER_NOTE in finished.output
+    )
     assert source in h.of(AssistantReply)[0].text  # the reply is stored as the model wrote it
     assert len(h.script.requests) == 1
 
@@ -284,7 +288,9 @@ async def test_a_repeated_cell_is_told_the_reply_its_one_line_output_makes() -> 
     outputs = [f.output for f in h.of(CellFinished)]
     suggestion = "If the output you have, 503.67, answers the task, reply: FINAL ANSWER: 503.67"
     assert suggestion not in outputs[0] and suggestion not in outputs[1]
-    assert outputs[2].startswith("503.67\n[this cell is the same") and outputs[2].endswith(suggestion)
+    assert outputs[2].startswith("503.67\n[this cell is the same") and outputs[2].endswith(
+        suggestion
+    )
     assert outputs[3].startswith("not run:") and outputs[3].endswith(suggestion)
 
 
@@ -298,7 +304,10 @@ async def test_no_answer_is_suggested_from_long_or_failed_output() -> None:
 
 async def test_a_marker_line_in_code_answers_when_seen_output_backs_it() -> None:
     h = Harness(fenced=True)
-    steps = [code("t = 503.67\nprint(t)\nFINAL ANSWER: 120.00"), code("print(t)\nFINAL ANSWER: 503.67")]
+    steps = [
+        code("t = 503.67\nprint(t)\nFINAL ANSWER: 120.00"),
+        code("print(t)\nFINAL ANSWER: 503.67"),
+    ]
     end = await h.turn("backed", steps)
     assert (end.reason, end.answer) == ("answered", "503.67")
     assert len(h.script.requests) == 2  # the guess in the first cell was not taken
@@ -306,14 +315,21 @@ async def test_a_marker_line_in_code_answers_when_seen_output_backs_it() -> None
 
 async def test_a_marker_value_must_match_whole_in_the_output() -> None:
     h = Harness(fenced=True)
-    steps = [code("print(503.67)\nFINAL ANSWER: 5"), code("print(1)\nFINAL ANSWER: 503.6"), reply("x")]
+    steps = [
+        code("print(503.67)\nFINAL ANSWER: 5"),
+        code("print(1)\nFINAL ANSWER: 503.6"),
+        reply("x"),
+    ]
     end = await h.turn("not-whole", steps)
     assert end.answer == "x"
 
 
 async def test_an_answer_in_a_comment_is_taken_when_seen_output_backs_it() -> None:
     h = Harness(fenced=True)
-    steps = [code("print(503.67)  # FINAL ANSWER: 1\n# Final answer: 9"), code("# Final answer: 503.67")]
+    steps = [
+        code("print(503.67)  # FINAL ANSWER: 1\n# Final answer: 9"),
+        code("# Final answer: 503.67"),
+    ]
     end = await h.turn("comment", steps)
     assert (end.reason, end.answer) == ("answered", "503.67")
     assert [c.code for c in h.of(CellStarted)][1] == "# Final answer: 503.67"  # Python: as it is

@@ -17,15 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-STOP_WORDS = frozenset(
-    """a about above after again all also an and any are as at be been before being below
+_STOP_TEXT = """a about above after again all also an and any are as at be been before being below
     between both but by can could did do does doing down during each few for from further had
     has have having he her here hers him his how i if in into is it its itself just me mentioned
     more most my no nor not now of off on once only or other our out over own provided same she
     should so some such than that the their them then there these they this those through to too
     under until up very was we were what when where which while who whom why will with would you
-    your text document question answer find tell give please""".split()
-)
+    your text document question answer find tell give please"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 """Words that say nothing about where an answer is."""
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _PIECE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")

@@ -104,7 +104,9 @@ REPAIRED_MARKER_NOTE = (
     "code; write FINAL ANSWER: outside the code block.]"
 )
 """Appended to the output of a fenced cell :func:`repair_answer_marker` changed."""
-SUGGESTED_ANSWER = " If the output you have, {value}, answers the task, reply: FINAL ANSWER: {value}"
+SUGGESTED_ANSWER = (
+    " If the output you have, {value}, answers the task, reply: FINAL ANSWER: {value}"
+)
 """Added to the notes on a repeated fenced cell when an earlier cell of the turn
 printed one short line: a small model that repeats a cell whose output is its
 answer copies a concrete reply where it ignores a general rule."""
