@@ -234,3 +234,20 @@ async def test_undecodable_text_is_stored_and_read_back(home: Path, tmp_path: Pa
         assert end is not None and end.answer == f"echo: {bad}"
         inputs = [r.event.text for r in session.history() if r.event.type == "user_input"]
         assert inputs == [f"task with {bad}"]
+
+
+async def test_a_session_is_running_as_soon_as_send_returns(home: Path, tmp_path: Path) -> None:
+    # Whoever sends and then waits for the session to settle must not take the
+    # idle status from before the message for the end of its turn.
+    register_script("running-at-once", [reply("first"), reply("second")])
+    async with make_runtime(home) as runtime:
+        session = await runtime.create_session(model="faux/running-at-once", cwd=tmp_path)
+        await session.ask("one")
+        assert runtime.store.session(session.id).status == "idle"
+        session.send("two")  # no await between the send and the checks
+        assert session.status == "running"
+        assert runtime.store.session(session.id).status == "running"
+        last = session.history()[-1].event
+        assert last.type == "status_changed" and getattr(last, "status", None) == "running"
+        await session.wait_idle()
+        assert session.last_end is not None and session.last_end.answer == "second"
