@@ -25,6 +25,7 @@ from recursa.session.loop import (
     NO_CODE_NUDGE,
     NOTHING_PRINTED_NUDGE,
     REPAIRED_MARKER_NOTE,
+    TAKEN_DETAIL,
     run_turn,
 )
 
@@ -279,9 +280,9 @@ async def test_a_printed_marker_answers_only_as_the_last_line_and_only_fenced() 
     assert (await native.turn("native-printed", steps)).answer == "2"
 
 
-async def test_a_repeated_cell_is_told_the_reply_its_one_line_output_makes() -> None:
+async def test_a_repeated_cell_is_offered_its_one_line_output_as_the_answer() -> None:
     h = Harness(fenced=True)
-    steps = [code("t = 503.67\nprint(t)"), code("print(t)"), code("print(t)"), code("print(t)")]
+    steps = [code("t = 503.67\nprint(t)"), code("print(t)"), code("print(t)")]
     steps.append(reply("FINAL ANSWER: 503.67"))
     end = await h.turn("suggested", steps)
     assert (end.reason, end.answer) == ("answered", "503.67")
@@ -291,7 +292,22 @@ async def test_a_repeated_cell_is_told_the_reply_its_one_line_output_makes() -> 
     assert outputs[2].startswith("503.67\n[this cell is the same") and outputs[2].endswith(
         suggestion
     )
-    assert outputs[3].startswith("not run:") and outputs[3].endswith(suggestion)
+
+
+async def test_sending_that_cell_again_gives_its_line_as_the_answer() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(549)")] * 3
+    end = await h.turn("taken", steps)
+    assert (end.reason, end.answer, end.detail) == ("answered", "549", TAKEN_DETAIL)
+    assert len(h.of(CellStarted)) == 2 and len(h.script.requests) == 3
+
+
+async def test_a_repeat_that_printed_more_than_one_line_is_refused_as_before() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(1)\nprint(2)")] * 5
+    end = await h.turn("not-taken", steps)
+    assert end.reason == "stuck"
+    assert [f.status for f in h.of(CellFinished)] == ["ok", "ok", "rejected", "rejected"]
 
 
 async def test_no_answer_is_suggested_from_long_or_failed_output() -> None:

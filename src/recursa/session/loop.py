@@ -111,6 +111,12 @@ SUGGESTED_ANSWER = (
 printed one short line: a small model that repeats a cell whose output is its
 answer copies a concrete reply where it ignores a general rule."""
 SUGGESTED_MAX_CHARS = 160
+TAKEN_DETAIL = (
+    "the answer is the one-line output of a cell the model sent again after it was "
+    "offered that line as its answer"
+)
+"""A fenced turn whose model repeats such a cell a third time ends with that
+line as its answer (a small model states an answer by printing it again)."""
 EMPTY_NUDGE = (
     "Your last reply was empty. Run code with the python tool, or reply with your final answer."
 )
@@ -389,6 +395,10 @@ async def _run_cells(
             detail = f"the model sent {what} {counts.repeats} times in a row"
             yield TurnEnded(turn=turn, reason="stuck", detail=detail)
             return
+        taken = _kept_repeating(counts) if reply.fenced and back == 1 else None
+        if counts.repeats >= REFUSE_REPEAT_AT and taken is not None:
+            yield TurnEnded(turn=turn, reason="answered", answer=taken, detail=TAKEN_DETAIL)
+            return
         if counts.repeats >= REFUSE_REPEAT_AT:
             refused = REFUSED_REPEAT if same_streak else REFUSED_ALTERNATION
             why = refused.format(n=counts.repeats - 1) + _suggested(counts)
@@ -434,6 +444,16 @@ def _backed(stated: str | None, seen: list[str]) -> str | None:
         return None
     whole = re.compile(rf"(?<![\w.]){re.escape(value)}(?!\w|\.\d)")
     return stated if any(whole.search(output) for output in seen) else None
+
+
+def _kept_repeating(counts: _Counts) -> str | None:
+    """The one-line output the model was offered as its answer (the note on the
+    cell's second run) when the cell it sends again (the same as the previous
+    one) printed exactly that."""
+    last = counts.last_cell
+    if counts.printed is None or last is None or last.status != "ok":
+        return None
+    return counts.printed if last.output.strip() == counts.printed else None
 
 
 def _remember_printed(counts: _Counts, result: CellFinished) -> None:
