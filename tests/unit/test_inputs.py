@@ -19,6 +19,7 @@ from recursa.session.inputs import (
     names,
     oversize,
     oversize_message,
+    question_in,
     stash,
     stashed,
     with_files,
@@ -145,3 +146,19 @@ async def test_an_input_the_kernel_cannot_take_is_given_as_it_is(tmp_path: Path)
             file_task.text == "the task\n\n(Not available: f.txt; the kernel could not take them.)"
         )
         assert store.inbox.pending(sid) == []
+
+
+def test_a_question_gets_a_ready_search_cell_and_other_tasks_a_hint() -> None:
+    files = [Placement("context", "file", "doc.txt", "y" * 5_000)]
+    asked = with_files("Essays follow. What is the magic number for amber-apple?", files)
+    assert 'search(context, "What is the magic number for amber-apple?")' in asked
+    told = with_files("Count the lines.", files)
+    assert "search(context, 'a few words')" in told and "Count the lines.)" not in told
+
+
+def test_the_question_of_an_oversize_input_is_found_at_its_end() -> None:
+    text = "Is this it? " + "filler. " * 5_000 + "What is the special magic number for x-y?\n"
+    assert question_in(text) == "What is the special magic number for x-y?"
+    assert question_in("no question at all. " * 100) is None
+    message = oversize_message(Placement("context", "oversize", "", text))
+    assert 'search(context, "What is the special magic number for x-y?")' in message

@@ -58,11 +58,13 @@ Then wait: the next message shows the block's output.
 - {answer_rules("with no code block")}"""
 
 ANSWER_HINT = (
-    "If this answers the task, reply with FINAL ANSWER: and the answer, with no code; "
-    "otherwise send the next ```python block."
+    "Send the next ```python block, or, if this answers the task, reply with no code: "
+    "the answer after FINAL ANSWER:"
 )
 """The line that ends the model's view of a fenced cell that printed something:
-small models otherwise rerun a cell whose output already holds the answer."""
+small models otherwise rerun a cell whose output already holds the answer.
+Nothing follows the marker: small models copy whatever words do (a
+placeholder, "and the answer") as their answer."""
 
 CONTEXT_FILE_NAMES = ("AGENTS.md", "CLAUDE.md")
 MAX_CONTEXT_FILE_CHARS = 32_000

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -165,20 +166,41 @@ def edges(text: str) -> list[str]:
     return [f"It starts: {_edge(text[:EDGE_CHARS])}", f"It ends: {_edge(text[-EDGE_CHARS:])}"]
 
 
-def how_to_read(name: str) -> str:
-    """How to read a long text with code, in words a small model follows.
-    The hints answer what went wrong without them: a whole phrase that did
-    not match, a ``find()`` position taken for the answer, a printed text
-    whose middle was cut from the output (:func:`recursa.api.text.search`
-    answers the first two)."""
-    return (
-        "Read it with code, printing only what you need:\n"
-        f"- to find something, run search({name}, 'words of the question'): it prints the "
-        "passages holding most of those words, with the text around them; the answer is in "
-        "what it prints.\n"
-        f"- {name}[:1000] is the start; {name}.splitlines() or {name}[i:i + 4000] give pieces "
-        "to loop over. Printing all of it gets cut off."
-    )
+QUESTION_CHARS = 300
+"""The longest question :func:`first_cell` puts in the search it suggests."""
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+
+
+def question_in(text: str) -> str | None:
+    """The last question (a sentence ending in ``?``) near the end of ``text``,
+    where a pasted prompt (RULER's, most people's) puts it; None if none."""
+    found = _QUESTION.findall(text[-2 * QUESTION_CHARS :])
+    question = " ".join(found[-1].split()) if found else ""
+    return question if 0 < len(question) <= QUESTION_CHARS else None
+
+
+def how_to_read(name: str, question: str | None) -> str:
+    """How to read a long text with code, in words a small model follows: for
+    a question, a first cell ready to run. The hints answer what went wrong
+    without them: the text's start read and taken for all of it, a whole
+    phrase that did not match, a ``find()`` position taken for the answer, a
+    printed text whose middle was cut from the output (``search``,
+    :func:`recursa.api.text.search`, answers the middle two)."""
+    lines = [f"Do not print {name} whole: the output is cut."]
+    if question is not None:
+        lines += [
+            "To find what the question asks, start with this cell, which prints the passages "
+            "holding most of its words, with the text around them:",
+            f"search({name}, {json.dumps(question, ensure_ascii=False)})",
+            "Then read the answer from what it prints (search again with other words if it "
+            f"is not there; {name}[i:i + 4000] gives pieces to loop over).",
+        ]
+    else:
+        lines.append(
+            f"search({name}, 'a few words') prints the passages holding most of those words, "
+            f"with the text around them; {name}[i:i + 4000] gives pieces to loop over."
+        )
+    return "\n".join(lines)
 
 
 def oversize_message(placement: Placement) -> str:
@@ -188,7 +210,7 @@ def oversize_message(placement: Placement) -> str:
         f"Your message is too long to show here ({size_of(text)}), so all of it, the "
         f"question included, is in your kernel as the Python variable `{placement.name}` (a str).",
         *edges(text),
-        how_to_read(placement.name),
+        how_to_read(placement.name, question_in(text)),
     ]
     return "\n".join(lines)
 
@@ -204,7 +226,7 @@ def with_files(task: str, placements: Sequence[Placement]) -> str:
     """The task, then the description of each file placed beside it."""
     parts = [task.rstrip(), ""] if task.strip() else []
     parts += [describe(p) for p in placements]
-    parts.append(how_to_read(placements[0].name))
+    parts.append(how_to_read(placements[0].name, question_in(task)))
     return "\n".join(parts)
 
 
@@ -330,6 +352,7 @@ __all__ = [
     "names",
     "oversize",
     "oversize_message",
+    "question_in",
     "stash",
     "stashed",
     "with_files",
