@@ -349,3 +349,21 @@ async def test_an_answer_in_a_comment_is_taken_when_seen_output_backs_it() -> No
     end = await h.turn("comment", steps)
     assert (end.reason, end.answer) == ("answered", "503.67")
     assert [c.code for c in h.of(CellStarted)][1] == "# Final answer: 503.67"  # Python: as it is
+
+
+async def test_a_sentence_in_a_python_fence_ending_on_a_seen_value_is_the_answer() -> None:
+    h = Harness(fenced=True)
+    sentence = "The special magic number for keen-garden is: 4522457."
+    steps = [code("print('numbers for keen-garden is: 4522457.')"), code(sentence)]
+    end = await h.turn("prose", steps)
+    assert (end.reason, end.answer) == ("answered", sentence)
+    assert len(h.of(CellStarted)) == 1  # the sentence was not run as code
+
+
+async def test_a_sentence_with_an_unseen_value_or_broken_code_still_runs_as_code() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(7)"), code("The answer is 8"), code("for x in range(3)")]
+    steps += [reply("7"), reply("7")]  # the second: after a failed cell, nudged once
+    end = await h.turn("not-prose", steps)
+    assert end.answer == "7"
+    assert [f.status for f in h.of(CellFinished)] == ["ok", "error", "error"]

@@ -196,6 +196,49 @@ def stated_answer(code: str) -> str | None:
     return stated
 
 
+_PROSE = re.compile(r"[^\W\d_][\w'’-]*(?: +[^\s()\[\]{}=<>]+){3,}")
+_NOT_PROSE_START = frozenset(
+    [
+        "assert",
+        "async",
+        "await",
+        "class",
+        "def",
+        "del",
+        "elif",
+        "else",
+        "except",
+        "for",
+        "from",
+        "global",
+        "if",
+        "import",
+        "lambda",
+        "match",
+        "nonlocal",
+        "pass",
+        "print",
+        "raise",
+        "return",
+        "try",
+        "while",
+        "with",
+        "yield",
+    ]
+)
+
+
+def prose_cell(code: str) -> str | None:
+    """A fenced "cell" that is a sentence, not Python (``The number is: 4522457.``
+    in a python fence): its text, which the loop reads as a reply without code.
+    None for anything that compiles, spans lines, starts with a keyword, or
+    has brackets or ``=``, so broken code still runs and fails as code."""
+    line = code.strip()
+    if "\n" in line or compiles(line) or not _PROSE.fullmatch(line):
+        return None
+    return None if line.split()[0].lower() in _NOT_PROSE_START else line
+
+
 def printed_answer(output: str) -> str | None:
     """The answer a cell printed as its last line, ``FINAL ANSWER: ...``, else None."""
     lines = [line for line in output.splitlines() if line.strip()]
@@ -221,6 +264,7 @@ __all__ = [
     "final_answer",
     "parse_fenced",
     "printed_answer",
+    "prose_cell",
     "repair_answer_marker",
     "stated_answer",
 ]

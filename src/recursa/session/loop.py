@@ -33,7 +33,7 @@ import asyncio
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -62,6 +62,7 @@ from recursa.session.cells import (
     final_answer,
     parse_fenced,
     printed_answer,
+    prose_cell,
     repair_answer_marker,
     stated_answer,
 )
@@ -203,11 +204,16 @@ class _Reply:
         return self.nudge in (CUT_OFF_NUDGE, CUT_OFF_NUDGE_FENCED)
 
 
-def _read(done: Done, *, fenced: bool, turn: int, step: int) -> _Reply:
+def _read(done: Done, *, fenced: bool, turn: int, step: int, seen: Sequence[str] = ()) -> _Reply:
     text = done.message.text
     cut_off = done.stop_reason == "max_tokens"
     if fenced:
         parsed = parse_fenced(text)
+        prose = prose_cell(parsed.code) if parsed.code is not None and parsed.complete else None
+        if prose is not None and _backed(_last_word(prose), seen):
+            # A sentence in a python fence that ends on a value the model has seen
+            # printed: the answer, as a reply without code.
+            return _Reply((), [], final_answer(prose), 0, None, fenced=True)
         if parsed.code is not None and parsed.complete:
             call = ToolCall(f"fenced_{turn}_{step}", "python", json.dumps({"code": parsed.code}))
             cell = CellRequest(
@@ -308,7 +314,7 @@ async def run_turn(
         # The reply, as it was, then its usage (measured with the reply in the context).
         counts.overflowed = False
         counts.tokens += outcome.usage.total_tokens
-        reply = _read(outcome, fenced=fenced, turn=turn, step=counts.steps)
+        reply = _read(outcome, fenced=fenced, turn=turn, step=counts.steps, seen=counts.seen)
         yield AssistantReply(
             text=outcome.message.text,
             tool_calls=reply.calls,
@@ -436,7 +442,13 @@ async def _run_cells(
             return
 
 
-def _backed(stated: str | None, seen: list[str]) -> str | None:
+def _last_word(text: str) -> str:
+    """The sentence's last word, without the punctuation around it."""
+    words = text.split()
+    return words[-1].strip(".,;:!?\"'()") if words else ""
+
+
+def _backed(stated: str | None, seen: Sequence[str]) -> str | None:
     """``stated`` (a ``FINAL ANSWER:`` written inside a cell) when an output the
     model has seen this turn holds it; a value it could not have seen is a guess."""
     value = (stated or "").rstrip(".")
