@@ -242,3 +242,38 @@ async def test_a_long_message_sent_during_a_turn_waits_for_the_next(
         assert [i.mode for i in inputs] == ["turn", "turn"]
         assert "`context`" in inputs[1].text
         assert outputs(runtime, session.id)[-1] == sha(text) + "\n"
+
+
+class Searcher:
+    """The fake server's model: runs the search cell the first message offers."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def __call__(self, path: str, body: dict[str, Any]) -> Reply:
+        self.requests.append(body["messages"])
+        if len(self.requests) > 1:
+            return Reply("4817263")
+        first = body["messages"][-1]["content"]
+        offered = next(line for line in first.splitlines() if line.startswith("search("))
+        return Reply(tool_calls=[ToolCallSpec("python", {"code": offered})])
+
+
+def test_a_question_about_a_context_file_is_offered_a_search_that_finds_it(
+    home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "doc.txt").write_text(haystack(40_000), encoding="utf-8")
+    model = Searcher()
+    with FakeModelServer.in_thread(responder=model) as server:
+        env = daemon_env(home, server)
+        try:
+            args = ["run", "--model", "openai/m", "--context-file", "doc.txt", QUESTION]
+            result = recursa(args, env, tmp_path)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.strip() == "4817263"
+            tool = [m["content"] for m in model.requests[1] if m["role"] == "tool"]
+            best = tool[0].splitlines()[0]
+            assert best.startswith("[1] line ") and "4 of 4 words" in best, best
+            assert NEEDLE in best  # the best passage is the needle's
+        finally:
+            kill_everything(home)
