@@ -43,8 +43,9 @@ class TreeRow:
 
 
 def short_id(session_id: str) -> str:
-    """The first 8 characters of an id: enough to tell sessions apart by eye."""
-    return session_id[:8]
+    """The last 6 characters of an id: ids begin with their creation time, so
+    sessions made together share a prefix and differ at the end."""
+    return session_id[-6:]
 
 
 def add_usage(a: Usage, b: Usage) -> Usage:
