@@ -16,24 +16,36 @@ import html
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from daemon_kit import kill_everything
 from recursa.config import environment
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.protocol.events import CellFinished
-from recursa.protocol.person_ops import HARNESS_SHOW, EntryRef
+from recursa.protocol.person_ops import (
+    ADD_SCHEDULE,
+    GOAL,
+    HARNESS_SHOW,
+    SCHEDULES,
+    EntryRef,
+    ScheduleFor,
+    ScheduleQuery,
+    SessionRef,
+)
 from recursa.protocol.wire import CreateSession
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 from recursa.view.tui.app import ViewApp
+from recursa.view.tui.control import ControlScreen
 from recursa.view.tui.harness_pane import HarnessPane
+
+T = TypeVar("T")
 
 ROOT_CELL = (
     "h = await rlm('task-c: delegate', name='child')\n"
@@ -145,6 +157,18 @@ def plain(svg: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
+def grandchild_done(app: ViewApp) -> bool:
+    """The grandchild exists and its first turn is over (and so the child's)."""
+    found = [i for i in app.live.sessions.values() if i.name == "grandchild"]
+    return (
+        bool(found) and found[0].status in ("idle", "inactive") and found[0].last_answer == "done"
+    )
+
+
+def cell_session(app: ViewApp) -> str:
+    return next(i.id for i in app.live.sessions.values() if i.name == "grandchild")
+
+
 async def test_find_read_message_approve_revert_while_the_root_runs(tmp_path: Path) -> None:
     async with tree(tmp_path) as demo:
         app = ViewApp(demo.client)
@@ -152,11 +176,7 @@ async def test_find_read_message_approve_revert_while_the_root_runs(tmp_path: Pa
             names = lambda: {i.name for i in app.live.sessions.values()}  # noqa: E731
             await until(pilot, lambda: {"root", "child", "grandchild"} <= names())
 
-            def grandchild_done() -> bool:
-                info = next(i for i in app.live.sessions.values() if i.name == "grandchild")
-                return info.status in ("idle", "inactive") and info.last_answer == "done"
-
-            await until(pilot, grandchild_done)
+            await until(pilot, lambda: grandchild_done(app))
             tree_svg = plain(shot(app, "tui-tree"))
             assert "grandchild" in tree_svg and "running" in tree_svg
 
@@ -174,26 +194,47 @@ async def test_find_read_message_approve_revert_while_the_root_runs(tmp_path: Pa
             session_svg = plain(shot(app, "tui-session"))
             assert "[bold red]not markup[/]" in session_svg and "line 6" in session_svg
 
-            # 2. send it a message; it answers in its next turn
-            await pilot.press("m", *"ping", "enter")
+            # 2. send it a message; it answers in its next turn. Attached to it, the
+            # message box goes to it even while another session is shown.
+            await pilot.press("a")
+            assert app.attached == cell_session(app)
+            app.open_session(demo.root_id)
+            await pilot.pause()
+            assert "grandchild (attached)" in plain(shot(app, "tui-attached"))
+            await pilot.press("m", *"ping", "enter", "escape")
+            app.open_session(app.attached)
+            await pilot.press("a")
+            assert app.attached is None
             await until(
                 pilot,
                 lambda: any(
                     b.kind == "turn_end" and b.body == "pong: ping" for b in pane.blocks.items
                 ),
             )
-            shot(app, "tui-session-pong")
+            await pilot.press("end")
+            await pilot.pause()
+            assert "pong: ping" in plain(shot(app, "tui-session-pong"))
 
             # 3. the proposal, its trigger events, its diff against nothing, approve
             await pilot.press("escape", "3")
             harness = app.query_one(HarnessPane)
             await until(pilot, lambda: bool(harness.entries) and harness.triggers != [])
+            assert harness.triggers == [(cell_session(app), harness.entries[0].source_events[0])]
             first = harness.entries[0]
             assert (first.title, first.status) == ("square", "proposed")
             await pilot.press("d")
             await pilot.pause()
             diff_svg = plain(shot(app, "tui-harness-diff"))
             assert "nothing (v0)" in diff_svg and "async def square" in diff_svg
+            # its trigger event opens the grandchild's pane at that event, marked
+            [(trigger_session, seq)] = harness.triggers
+            await pilot.press("j")
+            await until(pilot, lambda: app.tabs.active == "session" and pane.mark == seq)
+            await until(pilot, lambda: any(seq in v.block.seqs for v in pane.views))
+            assert trigger_session == cell_session(app)
+            assert f"#{seq} " in plain(shot(app, "tui-trigger"))
+            await pilot.press("3")
+            await until(pilot, lambda: harness.detail is not None)
             await pilot.press("a")
             show = lambda ref: demo.client.call(HARNESS_SHOW, EntryRef(ref))  # noqa: E731
             await until(pilot, lambda: harness.entries[0].status == "active", timeout=30)
@@ -232,3 +273,74 @@ async def test_find_read_message_approve_revert_while_the_root_runs(tmp_path: Pa
                         done.append(record.event)
                         break
             assert done[0].status == "ok" and "released" in done[0].output
+
+
+async def test_goal_schedules_unload_and_a_daemon_that_dies(tmp_path: Path) -> None:
+    async with tree(tmp_path) as demo:
+        await demo.client.call(
+            ADD_SCHEDULE, ScheduleFor(demo.root_id, "every 10m", "look around", label="tick")
+        )
+        app = ViewApp(demo.client, start="root")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.pane.session_id == demo.root_id)
+            await until(pilot, lambda: grandchild_done(app))
+            # the tree's status filter: running only, then idle only
+            await pilot.press("1", "t")
+            await until(
+                pilot, lambda: [r.id for r in app.tree_pane.shown if r.matched] == [demo.root_id]
+            )
+            await pilot.press("t", "t", "t")
+            assert len(app.tree_pane.shown) == 3
+
+            # goal and schedules of the root: set, pause, resume, clear; cancel the tick
+            await pilot.press("o")
+            screen = app.screen
+            assert isinstance(screen, ControlScreen)
+            await until(pilot, lambda: len(screen.jobs) == 1)
+            await pilot.press("n", *"keep watch", "enter")
+            goal = lambda: demo.client.call(GOAL, SessionRef(demo.root_id))  # noqa: E731
+            await until_async(pilot, goal, lambda g: g is not None and g.status == "active")
+            assert "keep watch" in plain(shot(app, "tui-goal"))
+            await pilot.press("p")
+            await until_async(pilot, goal, lambda g: g is not None and g.status == "paused")
+            await pilot.press("r")
+            await until_async(pilot, goal, lambda g: g is not None and g.status == "active")
+            await pilot.press("c")
+            await until_async(pilot, goal, lambda g: g is None or g.status == "cleared")
+            await pilot.press("delete")
+            jobs = lambda: demo.client.call(SCHEDULES, ScheduleQuery(demo.root_id, finished=True))  # noqa: E731
+            await until_async(pilot, jobs, lambda js: js[0].status == "cancelled")
+            await pilot.press("escape")
+            assert not isinstance(app.screen, ControlScreen)
+
+            # a running session is not unloaded (one line says why); interrupt is asked for
+            await pilot.press("u")
+            await until(pilot, lambda: "unload: " in status_line(app))
+            assert "running" in status_line(app)
+            assert app.live.sessions[demo.root_id].status == "running"
+            demo.release_root()
+
+            # the daemon dies: one line in the status bar, no traceback
+            await asyncio.to_thread(kill_everything, demo.home)
+            await until(pilot, lambda: "daemon: not running" in status_line(app))
+            assert "Traceback" not in plain(shot(app, "tui-daemon-gone"))
+
+
+def status_line(app: ViewApp) -> str:
+    return str(app.query_one("#status", Static).render())
+
+
+async def until_async(
+    pilot: Pilot[None],
+    read: Callable[[], Awaitable[T]],
+    ok: Callable[[T], bool],
+    timeout: float = 30,
+) -> T:
+    """Read (from the daemon) until ``ok`` holds, letting the app run in between."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await read()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, f"timed out; last: {value!r}"
+        await pilot.pause(0.05)

@@ -42,6 +42,9 @@ REFRESH = 0.25
 """Seconds between fetches of dirty sessions: at most 4 a second."""
 RETRY = 3.0
 """Seconds between attempts to reach a daemon that went away."""
+PROBE = 2.0
+"""Seconds between checks that the daemon still answers (a dead one is said at once,
+not after the event stream's reconnection window)."""
 FOCUS = {"tree": "#sessions", "session": "#log", "harness": "#entries", "usage": "#usage-tree"}
 """What takes the focus on each tab (a focused widget in a hidden tab would pull it back)."""
 SESSION_ACTIONS = frozenset({"message", "interrupt", "stop", "unload", "attach", "control"})
@@ -56,7 +59,7 @@ TreePane, SessionPane, HarnessPane, UsagePane { height: 1fr; }
 #log { height: 1fr; }
 .block { margin: 0 0 1 0; }
 .block.meta { margin: 0; }
-#entries { height: 7; }
+#entries { height: auto; max-height: 7; }
 #entry-detail { height: 1fr; }
 #history { height: auto; max-height: 7; }
 #triggers { height: auto; max-height: 6; }
@@ -101,6 +104,8 @@ class ViewApp(App[None]):
         self.attached: str | None = None
         self._refreshing = False
         self._harness_stale = True
+        self.daemon_lost = False
+        """The last probe found no daemon (the status line says so)."""
 
     def compose(self) -> ComposeResult:
         with TabbedContent(initial="tree", id="tabs"):
@@ -119,6 +124,7 @@ class ViewApp(App[None]):
         self._follow_feed()
         self.set_interval(REFRESH, self._refresh)
         self.set_interval(1.0, self.tree_pane.tick)
+        self.set_interval(PROBE, self._probe)
 
     # -- parts --------------------------------------------------------------------------------
 
@@ -163,6 +169,20 @@ class ViewApp(App[None]):
             except RecursaError as exc:
                 self.status(f"daemon: {exc} (retrying)")
             await asyncio.sleep(RETRY)
+
+    async def _probe(self) -> None:
+        try:
+            alive = await self.client.probe()
+        except RecursaError as exc:
+            self.status(f"daemon: {exc}")
+            self.daemon_lost = True
+            return
+        if alive is None:
+            self.status("daemon: not running (it stopped or died); retrying")
+            self.daemon_lost = True
+        elif self.daemon_lost:
+            self.daemon_lost = False
+            self.status(self._summary())
 
     def _open_start(self) -> None:
         row = find_row(self.live.rows, self.start or "")
@@ -298,6 +318,7 @@ class ViewApp(App[None]):
             info = await self.client.call(op, SessionRef(session_id))
         except RecursaError as exc:
             self.notify(f"{what}: {exc}", severity="error")
+            self.status(f"{what}: {exc}")
             return
         self.live.update(info)
         self._redraw_tree({info.id})

@@ -32,7 +32,7 @@ from recursa.view.tui.render import ago
 
 def goal_text(goal: GoalInfo | None) -> Text:
     if goal is None:
-        return Text("no goal (type an objective below, enter: set it)", style="dim")
+        return Text("no goal (n: type an objective, enter: set it)", style="dim")
     budget = f"{goal.used}/{goal.budget} tokens" if goal.budget else f"{goal.used} tokens"
     line = Text(f"goal [{goal.status}] ", style="bold")
     line.append(goal.objective)
@@ -43,14 +43,16 @@ def goal_text(goal: GoalInfo | None) -> Text:
 
 
 class ControlScreen(ModalScreen[None]):
-    """Goal: set (the input), pause, resume, clear. Schedules: cancel the highlighted."""
+    """Goal: set (``n``, then the objective), pause, resume, clear. Schedules:
+    cancel the highlighted one. Escape leaves the objective box, then the screen."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "close"),
-        Binding("ctrl+p", "goal('pause')", "pause goal", priority=True),
-        Binding("ctrl+r", "goal('resume')", "resume goal", priority=True),
-        Binding("ctrl+x", "goal('clear')", "clear goal", priority=True),
-        Binding("delete", "cancel_job", "cancel schedule"),
+        Binding("escape", "close", "close"),
+        Binding("n", "new_goal", "new goal"),
+        Binding("p", "goal('pause')", "pause"),
+        Binding("r", "goal('resume')", "resume"),
+        Binding("c", "goal('clear')", "clear"),
+        Binding("delete,x", "cancel_job", "cancel schedule"),
     ]
 
     def __init__(self, client: DaemonClient, session_id: str, name: str) -> None:
@@ -72,7 +74,18 @@ class ControlScreen(ModalScreen[None]):
         jobs = self.query_one("#jobs", DataTable)
         jobs.add_columns("id", "status", "spec", "mode", "next", "fired", "prompt")
         jobs.border_title = "schedules (delete: cancel)"
+        jobs.focus()
         self.reload()
+
+    def action_new_goal(self) -> None:
+        self.query_one("#objective", Input).focus()
+
+    def action_close(self) -> None:
+        box = self.query_one("#objective", Input)
+        if box.has_focus:
+            self.query_one("#jobs", DataTable).focus()
+        else:
+            self.dismiss()
 
     @work(exclusive=True, group="control")
     async def reload(self) -> None:
@@ -104,6 +117,7 @@ class ControlScreen(ModalScreen[None]):
             self.notify(str(exc), severity="error")
             return
         event.input.value = ""
+        self.query_one("#jobs", DataTable).focus()
         self.notify("goal set")
         self.reload()
 

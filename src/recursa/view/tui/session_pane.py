@@ -104,7 +104,7 @@ class SessionPane(Vertical):
         if session_id == self.session_id and seq and self._holds(seq):
             self.mark = seq
             self._redraw_all()
-            self._scroll_to_mark()
+            self.call_after_refresh(self._scroll_to_mark)
             return
         self.session_id, self.mark = session_id, seq
         self.records, self.blocks, self._pending = [], Blocks(), []
@@ -185,7 +185,8 @@ class SessionPane(Vertical):
     def _scroll_to_mark(self) -> None:
         for view in self.views:
             if self.mark in view.block.seqs:
-                self.log_view.scroll_to_widget(view, animate=False, top=True)
+                # Centred: what led to the marked event is above it.
+                self.log_view.scroll_to_widget(view, animate=False, center=True)
                 return
 
     @work(exclusive=True, group="session-earlier")
