@@ -163,7 +163,8 @@ class TreePane(Vertical):
         statuses = "/".join(sorted(STATUS_CYCLE[self.status_index])) or "all"
         needle = f" · name ~ {self.needle!r}" if self.needle else ""
         head = (
-            f"sessions ({len(self.shown)} shown) · status: {statuses}{needle} · t: status, /: name"
+            f"{len(self.shown)} shown · status: {statuses}{needle} (t, /) · "
+            "tokens, cost: own/subtree · in: unread messages"
         )
         self.query_one("#tree-head", Static).update(Text(head, style="dim"))
 
