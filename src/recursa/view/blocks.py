@@ -17,7 +17,7 @@ treat them as text, never as markup.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,6 +56,9 @@ BlockKind = Literal[
     "meta",
 ]
 """``meta``: a one-line fact (turn started, status, kernel, session created)."""
+
+NameOf = Callable[[str], str]
+"""A session's name for a person, from its id (senders are ids)."""
 
 FOLD_LINES = 20
 """Lines of a long text shown before ``… N more lines``."""
@@ -109,7 +112,7 @@ def fold(text: str, lines: int = FOLD_LINES) -> tuple[str, int]:
     return "\n".join(split[:lines]), len(split) - lines
 
 
-def _input_title(event: UserInput) -> str:
+def _input_title(event: UserInput, name_of: NameOf) -> str:
     mode = "steer" if event.mode == "steer" else "turn"
     match event.source:
         case "user":
@@ -123,7 +126,7 @@ def _input_title(event: UserInput) -> str:
         case "system":
             who = "system"
         case source:
-            who = f"{source} {event.sender}" if event.sender else source
+            who = f"{source} {name_of(event.sender)}" if event.sender else source
     return f"▶ {who} · {mode}"
 
 
@@ -138,7 +141,8 @@ class Blocks:
     docstring). Records may be given in any batches but in seq order; a stored
     record already seen is ignored."""
 
-    def __init__(self) -> None:
+    def __init__(self, name_of: NameOf | None = None) -> None:
+        self.name_of: NameOf = name_of or str
         self.items: list[Block] = []
         self._seen: set[int] = set()
         self._cells: dict[str, int] = {}  # call_id -> index of its open cell block
@@ -177,7 +181,7 @@ class Blocks:
                 return self._cell_done(record, event)
             case ModelUsage():
                 return self._usage(event)
-        kind, title, body = _one_off(event)
+        kind, title, body = _one_off(event, self.name_of)
         index = self._new(record, kind, title, body=body)
         if isinstance(event, Notice):
             found = _HARNESS_NOTICE.match(event.text)
@@ -257,13 +261,16 @@ class Blocks:
         return {index}
 
 
-def _one_off(event: object) -> tuple[BlockKind, str, str]:
+def _one_off(event: object, name_of: NameOf) -> tuple[BlockKind, str, str]:
     """The kind, title and body of an event that makes a block by itself."""
     match event:
         case UserInput():
-            return "input", _input_title(event), event.text
+            return "input", _input_title(event, name_of), event.text
         case InboxRead():
-            lines = [f"{m.sender or m.source} ({m.source}): {m.text}" for m in event.messages]
+            lines = [
+                f"{name_of(m.sender) if m.sender else m.source} ({m.source}): {m.text}"
+                for m in event.messages
+            ]
             return "input", f"▶ inbox read · {len(event.messages)} message(s)", "\n".join(lines)
         case InputPlaced():
             label = f" from {event.label}" if event.label else ""
@@ -307,4 +314,4 @@ def _one_off(event: object) -> tuple[BlockKind, str, str]:
     return "meta", f"{type(event).__name__}", ""
 
 
-__all__ = ["FOLD_LINES", "Block", "BlockKind", "Blocks", "fold", "line_count"]
+__all__ = ["FOLD_LINES", "Block", "BlockKind", "Blocks", "NameOf", "fold", "line_count"]

@@ -53,8 +53,7 @@ CSS = """
 TabbedContent, TabPane { height: 1fr; padding: 0; }
 TreePane, SessionPane, HarnessPane, UsagePane { height: 1fr; }
 #sessions { height: 1fr; }
-#filter { height: 3; }
-#message { height: 1; border: none; padding: 0 1; background: $boost; }
+#filter, #message { height: 1; border: none; padding: 0 1; background: $boost; }
 #session-head, #tree-head { height: auto; max-height: 2; }
 #log { height: 1fr; }
 .block { margin: 0 0 1 0; }
@@ -92,7 +91,6 @@ class ViewApp(App[None]):
         Binding("u", "unload", "unload"),
         Binding("a", "attach", "attach"),
         Binding("o", "control", "goal/sched"),
-        Binding("g", "command_palette", "jump", show=False),
         Binding("q", "quit", "quit"),
     ]
 
@@ -112,9 +110,9 @@ class ViewApp(App[None]):
             with TabPane("1 tree", id="tree"):
                 yield TreePane(id="tree-pane")
             with TabPane("2 session", id="session"):
-                yield SessionPane(self.client, id="session-pane")
+                yield SessionPane(self.client, self.live.name_of, id="session-pane")
             with TabPane("3 harness", id="harness"):
-                yield HarnessPane(self.client, id="harness-pane")
+                yield HarnessPane(self.client, self.live.name_of, id="harness-pane")
             with TabPane("4 usage", id="usage"):
                 yield UsagePane(self.client, id="usage-pane")
         yield Static(id="status")
@@ -239,8 +237,8 @@ class ViewApp(App[None]):
     def _title_of(self, info: SessionInfo | None, session_id: str) -> str:
         if info is None:
             return f"session {session_id[:8]}"
-        name = info.name or info.id[:8]
-        return f"{name} · {info.id[:8]} · {info.status} · {info.model} · depth {info.depth}"
+        name = info.name or "(no name)"
+        return f"{name} · {info.id} · {info.status} · {info.model} · depth {info.depth}"
 
     def _label_target(self) -> None:
         target = self.attached or self.pane.session_id

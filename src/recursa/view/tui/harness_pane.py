@@ -29,7 +29,7 @@ from recursa.protocol.person_ops import (
     Revert,
 )
 from recursa.protocol.wire import HarnessDetail, HarnessEntry
-from recursa.view.blocks import Blocks
+from recursa.view.blocks import Blocks, NameOf
 from recursa.view.tui.diff import diff_table
 from recursa.view.tui.live import closing
 from recursa.view.tui.render import ago
@@ -61,9 +61,10 @@ class HarnessPane(Vertical):
             self.session_id = session_id
             self.seq = seq
 
-    def __init__(self, client: DaemonClient, **kwargs: object) -> None:
+    def __init__(self, client: DaemonClient, name_of: NameOf, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.client = client
+        self.name_of = name_of
         self.entries: list[HarnessEntry] = []
         self.detail: HarnessDetail | None = None
         self.marked: int | None = None
@@ -99,7 +100,8 @@ class HarnessPane(Vertical):
             return
         self.entries = sorted(entries, key=entry_order)
         table = self.query_one("#entries", DataTable)
-        keep = table.cursor_row
+        shown = self.entry
+        keep = shown.id if shown is not None else None
         table.clear()
         for entry in self.entries:
             waiting = entry.status == "proposed"
@@ -116,7 +118,9 @@ class HarnessPane(Vertical):
         asked = sum(e.status == "proposed" for e in self.entries)
         self.border_title = f"harness ({len(self.entries)} entries, {asked} waiting for you)"
         if self.entries:
-            table.move_cursor(row=min(max(keep, 0), len(self.entries) - 1))
+            # The entry under the cursor stays under it, wherever the new order puts it.
+            ids = [entry.id for entry in self.entries]
+            table.move_cursor(row=ids.index(keep) if keep in ids else 0)
             self.show_entry(self.entries[table.cursor_row].id)
 
     @property
@@ -198,7 +202,7 @@ class HarnessPane(Vertical):
     async def _event_line(self, session_id: str, seq: int) -> str:
         """One line saying what event ``seq`` of the session was."""
         stream = self.client.events(session_id, after=seq - 1, before=seq + 1, limit=1)
-        blocks = Blocks()
+        blocks = Blocks(self.name_of)
         try:
             async with closing(stream) as records:
                 blocks.extend([record async for record in records])

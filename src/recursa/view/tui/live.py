@@ -106,10 +106,11 @@ class Live:
         self.rows = build_rows(self.sessions.values())
 
     def name_of(self, session_id: str | None) -> str:
+        """What a person calls the session: its name, else its id."""
         info = self.sessions.get(session_id or "")
         if info is None:
-            return (session_id or "-")[:8]
-        return info.name or info.id[:8]
+            return session_id or "-"
+        return info.name or info.id
 
 
 __all__ = ["Live", "closing"]

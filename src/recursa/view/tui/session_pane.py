@@ -23,7 +23,7 @@ from recursa.daemon.client import DaemonClient
 from recursa.errors import RecursaError
 from recursa.protocol.events import EventRecord
 from recursa.protocol.wire import SendMode
-from recursa.view.blocks import Block, Blocks
+from recursa.view.blocks import Block, Blocks, NameOf
 from recursa.view.tui.live import closing
 from recursa.view.tui.render import block_renderable
 
@@ -69,12 +69,13 @@ class SessionPane(Vertical):
             self.text = text
             self.mode = mode
 
-    def __init__(self, client: DaemonClient, **kwargs: object) -> None:
+    def __init__(self, client: DaemonClient, name_of: NameOf, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.client = client
+        self.name_of = name_of
         self.session_id: str | None = None
         self.records: list[EventRecord] = []
-        self.blocks = Blocks()
+        self.blocks = Blocks(self.name_of)
         self.views: list[BlockView] = []
         self.expanded = False
         self.mark = 0
@@ -107,7 +108,7 @@ class SessionPane(Vertical):
             self.call_after_refresh(self._scroll_to_mark)
             return
         self.session_id, self.mark = session_id, seq
-        self.records, self.blocks, self._pending = [], Blocks(), []
+        self.records, self.blocks, self._pending = [], Blocks(self.name_of), []
         self._loaded = False
         self.log_view.remove_children()
         self.views = []
@@ -203,7 +204,7 @@ class SessionPane(Vertical):
             self.app.notify("this is the start of the session")
             return
         self.records = earlier + self.records
-        self.blocks = Blocks()
+        self.blocks = Blocks(self.name_of)
         self.blocks.extend(self.records)
         self.log_view.remove_children()
         self.views = [BlockView(block, self) for block in self.blocks.items]

@@ -95,7 +95,7 @@ class TreePane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="tree-head")
-        yield Input(placeholder="filter by name or id (enter: done, esc: clear)", id="filter")
+        yield Input(placeholder="/ filter by name or id (enter: done, esc: clear)", id="filter")
         table: DataTable[Text] = DataTable(
             id="sessions", cursor_type="row", zebra_stripes=True, cell_padding=0
         )
@@ -105,7 +105,6 @@ class TreePane(Vertical):
         table = self.table
         for label, key, width in COLUMNS:
             table.add_column(_cell(label, width, "bold"), key=key, width=width)
-        self.query_one("#filter", Input).display = False
         self._title()
 
     @property
@@ -163,15 +162,13 @@ class TreePane(Vertical):
         statuses = "/".join(sorted(STATUS_CYCLE[self.status_index])) or "all"
         needle = f" · name ~ {self.needle!r}" if self.needle else ""
         head = (
-            f"{len(self.shown)} shown · status: {statuses}{needle} (t, /) · "
-            "tokens, cost: own/subtree · in: unread messages"
+            f"{len(self.shown)} shown · status (t): {statuses}{needle} · tokens, cost: own/subtree"
         )
         self.query_one("#tree-head", Static).update(Text(head, style="dim"))
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        box.focus()
+        # At once, not after the keys already queued: a name typed fast goes in the box.
+        self.screen.set_focus(self.query_one("#filter", Input))
 
     def action_cycle_status(self) -> None:
         self.status_index = (self.status_index + 1) % len(STATUS_CYCLE)
@@ -192,9 +189,8 @@ class TreePane(Vertical):
 
     def key_escape(self) -> None:
         box = self.query_one("#filter", Input)
-        if box.display:
+        if box.has_focus:
             box.value = ""
-            box.display = False
             self.table.focus()
 
     @on(DataTable.RowSelected, "#sessions")

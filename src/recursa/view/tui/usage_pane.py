@@ -16,7 +16,13 @@ from recursa.errors import RecursaError
 from recursa.protocol.person_ops import USAGE, SessionRef
 from recursa.protocol.wire import SessionInfo, Usage, UsageNode
 from recursa.view.tree import add_usage, tokens
-from recursa.view.tui.render import count, money
+from recursa.view.tui.render import count, money, money_short
+
+TREE_COLUMNS = (
+    ("session", 20), ("own tok", 7), ("tree tok", 8), ("own $", 8), ("tree $", 8),
+    ("calls", 5), ("share", 5),
+)  # fmt: skip
+MODEL_COLUMNS = (("model", 22), ("calls", 5), ("in", 7), ("out", 7), ("cached", 7), ("cost", 9))
 
 
 def walk(node: UsageNode, depth: int = 0) -> Iterator[tuple[UsageNode, int, UsageNode | None]]:
@@ -56,9 +62,11 @@ class UsagePane(Vertical):
     def on_mount(self) -> None:
         self.border_title = "usage"
         tree = self.query_one("#usage-tree", DataTable)
-        tree.add_columns("session", "own tok", "tree tok", "own $", "tree $", "calls", "share")
+        for label, width in TREE_COLUMNS:
+            tree.add_column(label, width=width)
         models = self.query_one("#usage-models", DataTable)
-        models.add_columns("model", "calls", "in", "out", "cached", "cost")
+        for label, width in MODEL_COLUMNS:
+            models.add_column(label, width=width)
 
     @work(exclusive=True, group="usage")
     async def show(self, session_id: str, sessions: Mapping[str, SessionInfo]) -> None:
@@ -81,8 +89,8 @@ class UsagePane(Vertical):
                 label,
                 count(tokens(node.own)),
                 count(tokens(node.total)),
-                money(node.own),
-                money(node.total),
+                money_short(node.own),
+                money_short(node.total),
                 str(node.total.calls),
                 share(node.total, parent.total) if parent else "100%",
             )
