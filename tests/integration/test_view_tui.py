@@ -147,6 +147,7 @@ async def test_find_read_message_approve_revert_while_the_root_runs(demo: Demo) 
             show = lambda ref: client.call(HARNESS_SHOW, EntryRef(ref))  # noqa: E731
             await until(pilot, lambda: harness.entries[0].status == "active", timeout=30)
             assert (await show(first.id)).entry.status == "active"
+            assert harness.entry is not None and harness.entry.id == demo.skill_id
 
             # 4. revert the memory to its previous version (v1)
             memory = next(e for e in harness.entries if e.id == demo.memory_id)

@@ -98,10 +98,12 @@ class HarnessPane(Vertical):
         except RecursaError as exc:
             self.app.notify(f"harness: {exc}", severity="error")
             return
-        self.entries = sorted(entries, key=entry_order)
-        table = self.query_one("#entries", DataTable)
+        # Read the cursor's entry only now: the table and self.entries change
+        # together, after the await, so they agree here.
         shown = self.entry
         keep = shown.id if shown is not None else None
+        self.entries = sorted(entries, key=entry_order)
+        table = self.query_one("#entries", DataTable)
         table.clear()
         for entry in self.entries:
             waiting = entry.status == "proposed"
@@ -131,11 +133,15 @@ class HarnessPane(Vertical):
         return self.entries[table.cursor_row]
 
     @on(DataTable.RowHighlighted, "#entries")
-    def _entry_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None:
-            if self.detail is None or self.detail.entry.id != event.row_key.value:
-                self.marked = None
-            self.show_entry(event.row_key.value)
+    def _entry_highlighted(self) -> None:
+        # The entry under the cursor now, not the event's row: a redraw's
+        # highlight may arrive after the cursor moved on.
+        entry = self.entry
+        if entry is None:
+            return
+        if self.detail is None or self.detail.entry.id != entry.id:
+            self.marked = None
+        self.show_entry(entry.id)
 
     @work(exclusive=True, group="harness-show")
     async def show_entry(self, entry_id: str) -> None:
