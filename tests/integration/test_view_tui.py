@@ -190,6 +190,16 @@ async def test_goal_schedules_unload_and_a_daemon_that_dies(demo: Demo) -> None:
             await pilot.press("t", "t", "t")
             assert len(app.tree_pane.shown) == 3
 
+            # the command palette jumps to a session by name (or id)
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.3)
+            await pilot.press(*"grandchild")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await until(pilot, lambda: app.pane.session_id == demo.grandchild_id)
+            assert app.tabs.active == "session"
+            app.open_session(demo.root_id)
+
             # goal and schedules of the root: set, pause, resume, clear; cancel the tick
             await pilot.press("o")
             screen = app.screen

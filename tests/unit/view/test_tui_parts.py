@@ -3,6 +3,9 @@ side-by-side diff, usage shares, the tree's cells."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from rich.console import Console
 
 from recursa.protocol.events import CellFinished, CellStarted, EventRecord, UserInput
@@ -125,3 +128,12 @@ def test_a_tree_row_fits_eighty_columns_and_cuts_a_long_name() -> None:
     assert cells[0].plain.startswith("a-very-long-ses") and "…" in cells[0].plain
     assert cells[1].plain.strip() == "89abcd"
     assert (cells[7].plain.strip(), cells[9].plain.strip()) == ("3", "1m")
+
+
+def test_recursa_view_is_a_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "recursa", "view", "--help"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Watch, steer and audit" in done.stdout

@@ -34,7 +34,7 @@ class SessionCommands(Provider):
 
     def _sessions(self) -> list[tuple[str, str]]:
         return [
-            (f"session {row.label} · {row.id[:8]} · {row.info.status}", row.id)
+            (f"session {row.label} · {row.id} · {row.info.status}", row.id)
             for row in self.view.live.rows
         ]
 
