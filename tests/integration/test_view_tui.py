@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Static
 
 from daemon_kit import kill_everything
 from recursa.daemon.client import DaemonClient
+from recursa.protocol.events import CellFinished
 from recursa.protocol.person_ops import (
     ADD_SCHEDULE,
     GOAL,
@@ -227,6 +228,11 @@ async def test_goal_schedules_unload_and_a_daemon_that_dies(demo: Demo) -> None:
             await until(pilot, lambda: "unload: " in status_line(app))
             assert "running" in status_line(app)
             assert app.live.sessions[demo.root_id].status == "running"
+
+            # none of it interrupted the root's cell: it still runs
+            records = [r async for r in client.events(demo.root_id)]
+            assert not [r for r in records if isinstance(r.event, CellFinished)]
+            assert app.live.sessions[demo.root_id].cell_started_at is not None
 
             # the daemon dies: one line in the status bar, no traceback
             await asyncio.to_thread(kill_everything, demo.home)
