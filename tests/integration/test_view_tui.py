@@ -130,6 +130,12 @@ async def test_find_read_message_approve_revert_while_the_root_runs(demo: Demo) 
             await until(pilot, lambda: bool(harness.entries) and harness.triggers != [])
             first = harness.entries[0]
             assert (first.title, first.status, first.id) == ("double", "proposed", demo.skill_id)
+            # filtered by kind: memories only, then any again
+            await pilot.press("k", "k")  # prompt_note, memory
+            await until(pilot, lambda: [e.kind for e in harness.entries] == ["memory"])
+            await pilot.press("k", "k", "k")  # skill, subagent_spec, any
+            await until(pilot, lambda: len(harness.entries) == 2)
+            await until(pilot, lambda: harness.triggers != [])
             assert harness.triggers == [(demo.grandchild_id, seq) for seq in first.source_events]
             await pilot.press("d")
             await pilot.pause()

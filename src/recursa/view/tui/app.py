@@ -54,7 +54,7 @@ TabbedContent, TabPane { height: 1fr; padding: 0; }
 TreePane, SessionPane, HarnessPane, UsagePane { height: 1fr; }
 #sessions { height: 1fr; }
 #filter, #message { height: 1; border: none; padding: 0 1; background: $boost; }
-#session-head, #tree-head { height: auto; max-height: 2; }
+#session-head, #tree-head, #harness-head { height: auto; max-height: 2; }
 #log { height: 1fr; }
 .block { margin: 0 0 1 0; }
 .block.meta { margin: 0; }

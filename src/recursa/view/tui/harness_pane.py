@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 
 from recursa.daemon.client import DaemonClient
 from recursa.errors import RecursaError
+from recursa.protocol.harness import KINDS, SCOPES, STATUSES
 from recursa.protocol.person_ops import (
     HARNESS_APPROVE,
     HARNESS_LIST,
@@ -35,6 +36,7 @@ from recursa.view.tui.live import closing
 from recursa.view.tui.render import ago
 
 TRIGGERS_SHOWN = 6
+CHOICES: dict[str, tuple[str, ...]] = {"kind": KINDS, "scope": SCOPES, "status": STATUSES}
 DECIDED_BY = "decided in recursa view"
 
 
@@ -53,6 +55,9 @@ class HarnessPane(Vertical):
         Binding("d", "diff", "diff"),
         Binding("space", "mark", "mark from", show=False),
         Binding("j", "jump", "jump to event"),
+        Binding("k", "cycle('kind')", "kind", show=False),
+        Binding("s", "cycle('scope')", "scope", show=False),
+        Binding("t", "cycle('status')", "status", show=False),
     ]
 
     class Jump(Message):
@@ -69,8 +74,10 @@ class HarnessPane(Vertical):
         self.detail: HarnessDetail | None = None
         self.marked: int | None = None
         self.triggers: list[tuple[str, int]] = []
+        self.filters: dict[str, str | None] = {"kind": None, "scope": None, "status": None}
 
     def compose(self) -> ComposeResult:
+        yield Static(id="harness-head")
         yield DataTable(id="entries", cursor_type="row")
         with VerticalScroll(id="entry-detail"):
             yield Static(id="entry-head")
@@ -85,7 +92,6 @@ class HarnessPane(Vertical):
         entries.add_columns("v", "by", "age")
         history = self.query_one("#history", DataTable)
         history.add_columns("v", "action", "actor", "status", "events", "reason")
-        self.border_title = "harness"
         self.query_one("#triggers", OptionList).border_title = "trigger events (enter: open)"
 
     # -- loading -------------------------------------------------------------------------------
@@ -94,7 +100,7 @@ class HarnessPane(Vertical):
     async def reload(self) -> None:
         """Read the entries again (newest versions) and redraw the table."""
         try:
-            entries = await self.client.call(HARNESS_LIST, HarnessQuery())
+            entries = await self.client.call(HARNESS_LIST, HarnessQuery(**self.filters))
         except RecursaError as exc:
             self.app.notify(f"harness: {exc}", severity="error")
             return
@@ -118,12 +124,21 @@ class HarnessPane(Vertical):
                 key=entry.id,
             )
         asked = sum(e.status == "proposed" for e in self.entries)
-        self.border_title = f"harness ({len(self.entries)} entries, {asked} waiting for you)"
+        wanted = " · ".join(f"{name} {value or 'any'}" for name, value in self.filters.items())
+        head = Text(f"{len(self.entries)} entries, {asked} waiting for you", style="bold")
+        head.append(f" · {wanted} (k, s, t)", style="dim")
+        self.query_one("#harness-head", Static).update(head)
         if self.entries:
             # The entry under the cursor stays under it, wherever the new order puts it.
             ids = [entry.id for entry in self.entries]
             table.move_cursor(row=ids.index(keep) if keep in ids else 0)
             self.show_entry(self.entries[table.cursor_row].id)
+        else:
+            self.detail = None
+            self.query_one("#entry-head", Static).update(Text("no entry matches", style="dim"))
+            self.query_one("#history", DataTable).clear()
+            self.query_one("#diff", Static).update("")
+            self.show_triggers(None)
 
     @property
     def entry(self) -> HarnessEntry | None:
@@ -232,6 +247,13 @@ class HarnessPane(Vertical):
         index = box.highlighted if box.highlighted is not None else 0
         if 0 <= index < len(self.triggers):
             self.post_message(self.Jump(*self.triggers[index]))
+
+    def action_cycle(self, field: str) -> None:
+        """Step the ``field`` filter (kind, scope or status) to its next value (then any)."""
+        choices: tuple[str | None, ...] = (None, *CHOICES[field])
+        now = choices.index(self.filters[field])
+        self.filters[field] = choices[(now + 1) % len(choices)]
+        self.reload()
 
     def action_mark(self) -> None:
         version = self.version
