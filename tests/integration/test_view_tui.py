@@ -37,6 +37,7 @@ from recursa.protocol.person_ops import (
     SessionRef,
 )
 from recursa.testing.demo_tree import Demo, demo_tree
+from recursa.view.tui import session_pane
 from recursa.view.tui.app import ViewApp
 from recursa.view.tui.control import ControlScreen
 from recursa.view.tui.harness_pane import HarnessPane
@@ -184,7 +185,12 @@ async def test_find_read_message_approve_revert_while_the_root_runs(demo: Demo) 
     assert await asyncio.to_thread(demo.release_root) == "ok"
 
 
-async def test_goal_schedules_unload_and_a_daemon_that_dies(demo: Demo) -> None:
+async def test_goal_schedules_unload_and_a_daemon_that_dies(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short pages, so that the demo's short logs page back.
+    monkeypatch.setattr(session_pane, "TAIL", 6)
+    monkeypatch.setattr(session_pane, "PAGE", 6)
     async with DaemonClient(demo.home) as client:
         job = ScheduleFor(demo.root_id, "every 10m", "look around", label="tick")
         await client.call(ADD_SCHEDULE, job)
