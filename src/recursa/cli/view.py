@@ -24,9 +24,13 @@ def view(
 ) -> None:
     """Watch, steer and audit the live session tree in the terminal.
 
-    Keys: 1-4 tabs (tree, session, harness, usage), enter opens a session,
-    m message, a attach/detach, i interrupt, x stop, u unload, o goal and
-    schedules, ctrl+p command palette (jump to a session), q quit."""
+    Keys: 1-4 tabs (tree, session, harness, usage); in the tree / filter by
+    name, t by status, enter opens a session; m message (ctrl+t: steer or
+    follow-up), a attach/detach, i interrupt, x stop, u unload, o goal and
+    schedules; in the session pane c last cell, f unfold, [ earlier events;
+    in the harness pane a approve, r reject, v revert, d diff (space marks the
+    other version), j open a trigger event, k/s/t filter; ctrl+p command
+    palette (jump to a session by name or id); q quit."""
     from recursa.view.tui.app import ViewApp
 
     with_client(lambda client: ViewApp(client, start=session).run_async())

@@ -9,6 +9,7 @@ held). Records are drawn in batches: a burst of streamed pieces is one redraw.
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 from rich.text import Text
@@ -31,6 +32,8 @@ TAIL = 400
 """Stored events read when a session is opened."""
 PAGE = 400
 """Stored events read per ``[`` (earlier)."""
+RETRY = 3.0
+"""Seconds between attempts to follow again after the daemon went away."""
 FLUSH = 0.05
 """Seconds records wait to be drawn together."""
 
@@ -122,6 +125,9 @@ class SessionPane(Vertical):
 
     @work(exclusive=True, group="session-follow")
     async def _follow(self, session_id: str, seq: int) -> None:
+        """Read the tail (back to ``seq``), then follow; when the daemon goes
+        away, say so once and resume from the last seq held every :data:`RETRY`
+        seconds (the pieces streamed meanwhile are lost: they are never stored)."""
         try:
             held = await self._read(session_id, None, TAIL)
             while seq and held and held[0].seq > seq:
@@ -129,15 +135,30 @@ class SessionPane(Vertical):
                 if not earlier:
                     break
                 held = earlier + held
-            self._take(held)
-            self._loaded = True
-            after = held[-1].seq if held else 0
-            stream = self.client.events(session_id, after=after, follow=True, in_progress=True)
-            async with closing(stream) as records:
-                async for record in records:
-                    self._take([record])
         except RecursaError as exc:
-            self.app.notify(f"events of {session_id[:8]}: {exc}", severity="error")
+            self.app.notify(f"events of {self.name_of(session_id)}: {exc}", severity="error")
+            return
+        self._take(held)
+        self._loaded = True
+        after = held[-1].seq if held else 0
+        in_progress, told = True, False
+        while True:
+            stream = self.client.events(
+                session_id, after=after, follow=True, in_progress=in_progress
+            )
+            try:
+                async with closing(stream) as records:
+                    async for record in records:
+                        after, told = max(after, record.seq), False
+                        self._take([record])
+            except RecursaError as exc:
+                if not told:  # once per outage: the status bar keeps saying it
+                    self.app.notify(
+                        f"events of {self.name_of(session_id)}: {exc}", severity="error"
+                    )
+                told = True
+            in_progress = False
+            await asyncio.sleep(RETRY)
 
     async def _read(self, session_id: str, before: int | None, limit: int) -> list[EventRecord]:
         stream = self.client.events(session_id, before=before, limit=limit)
