@@ -211,6 +211,13 @@ async def test_goal_schedules_unload_and_a_daemon_that_dies(
             await pilot.press("enter")
             await until(pilot, lambda: app.pane.session_id == demo.grandchild_id)
             assert app.tabs.active == "session"
+
+            # a steer (ctrl+t switches the message box's mode); idle, it starts a turn
+            await pilot.press("m", "ctrl+t", *"hey", "enter", "escape")
+            assert app.pane.mode == "steer"
+            assert "as a steer" in plain(shot(app, "tui-steer"))
+            ended = lambda: [b.body for b in app.pane.blocks.items if b.kind == "turn_end"]  # noqa: E731
+            await until(pilot, lambda: "pong: hey" in ended())
             app.open_session(demo.root_id)
 
             # goal and schedules of the root: set, pause, resume, clear; cancel the tick
