@@ -49,7 +49,8 @@ def _register() -> None:
     import recursa.cli.kernel_env
     import recursa.cli.models
     import recursa.cli.run
-    import recursa.cli.sessions  # noqa: F401
+    import recursa.cli.sessions
+    import recursa.cli.web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,50 @@
+"""``recursa web``: the Agents View in a browser (:mod:`recursa.view.web`).
+
+It serves the page on 127.0.0.1 only, prints the URL with its random token
+(the only way in), opens a browser on it unless told not to, and serves
+until Ctrl-C. It starts the daemon when none runs, as every command that
+needs sessions does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import Annotated
+
+import typer
+
+from recursa.cli import app
+from recursa.config import load_config
+
+
+@app.command()
+def web(
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (0: a free one).")
+    ] = 0,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the URL only; open no browser.")
+    ] = False,
+) -> None:
+    """The Agents View in a browser: watch, steer and audit the session tree."""
+    from recursa.daemon.client import connect
+    from recursa.view.web import serve
+
+    config = load_config()
+
+    def ready(url: str) -> None:
+        print(f"recursa web: {url}", flush=True)
+        print("(Ctrl-C stops it; the sessions go on in the daemon)", file=sys.stderr, flush=True)
+        if not no_browser:
+            import webbrowser
+
+            with contextlib.suppress(Exception):  # no browser here: the URL is printed
+                webbrowser.open(url)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(lambda: connect(config), port=port, on_ready=ready))
+
+
+__all__ = ["web"]
