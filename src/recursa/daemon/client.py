@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
@@ -56,6 +56,7 @@ from recursa.protocol.operations import Operation, decode
 from recursa.protocol.person_ops import (
     CREATE_SESSION,
     EVENTS,
+    FEED,
     INTERRUPT,
     SEND,
     SESSION,
@@ -63,12 +64,15 @@ from recursa.protocol.person_ops import (
     SHUTDOWN,
     STATUS,
     STOP,
+    UNLOAD,
     USAGE,
     WAIT_QUIET,
     EventsQuery,
+    FeedQuery,
     QuietWait,
     SendTo,
     SessionRef,
+    SessionsQuery,
 )
 from recursa.protocol.wire import (
     API_PREFIX,
@@ -176,8 +180,10 @@ class DaemonClient:
     async def create_session(self, request: CreateSession) -> SessionInfo:
         return await self.call(CREATE_SESSION, request)
 
-    async def sessions(self) -> list[SessionInfo]:
-        return await self.call(SESSIONS, None)
+    async def sessions(self, ids: Collection[str] | None = None) -> list[SessionInfo]:
+        """Every session, or only those of ``ids``."""
+        query = SessionsQuery(None if ids is None else ",".join(ids))
+        return await self.call(SESSIONS, query)
 
     async def session(self, ref: str) -> SessionInfo:
         return await self.call(SESSION, SessionRef(ref))
@@ -190,6 +196,9 @@ class DaemonClient:
 
     async def stop(self, ref: str) -> SessionInfo:
         return await self.call(STOP, SessionRef(ref))
+
+    async def unload(self, ref: str) -> SessionInfo:
+        return await self.call(UNLOAD, SessionRef(ref))
 
     async def usage(self, ref: str) -> UsageNode:
         return await self.call(USAGE, SessionRef(ref))
@@ -215,23 +224,53 @@ class DaemonClient:
                 return False
 
     async def events(
-        self, ref: str, *, after: int = 0, follow: bool = False, in_progress: bool = False
+        self,
+        ref: str,
+        *,
+        after: int = 0,
+        follow: bool = False,
+        in_progress: bool = False,
+        limit: int | None = None,
+        before: int | None = None,
     ) -> AsyncIterator[EventRecord]:
-        """The session's records with ``seq > after``; with ``follow``, then each
-        new one as it happens, until the consumer stops (close the iterator:
+        """The session's records with ``seq > after`` (with ``limit``, only the
+        last ``limit`` of them below ``before``); with ``follow``, then each new
+        one as it happens, until the consumer stops (close the iterator:
         ``contextlib.aclosing``). With ``in_progress`` too, the first connection
         also sends the streamed pieces of the reply or cell in progress (a
         reconnection does not: they were seen). See the module docstring for
         reconnection."""
-        cursor = after
+        first: dict[str, str] = {}
+        if in_progress and follow:
+            first["in_progress"] = "1"
+        if limit is not None:
+            first["limit"] = str(limit)
+        if before is not None:
+            first["before"] = str(before)
         path = EVENTS.url(EventsQuery(ref))[0]
+        async for record in self._stream(path, f"the event stream of {ref}", after, follow, first):
+            yield record
+
+    async def feed(self, *, after: int = 0, follow: bool = False) -> AsyncIterator[EventRecord]:
+        """Every session's stored records with ``seq > after``, in seq order;
+        with ``follow``, then each new one, reconnecting like :meth:`events`."""
+        path = FEED.url(FeedQuery())[0]
+        async for record in self._stream(path, "the event feed", after, follow, {}):
+            yield record
+
+    async def _stream(
+        self, path: str, what: str, after: int, follow: bool, first: dict[str, str]
+    ) -> AsyncIterator[EventRecord]:
+        """An NDJSON stream of records from ``path``; ``first``: parameters of the
+        first connection only (a reconnection resumes from the last seq)."""
+        cursor = after
         connected_once = False
         deadline: float | None = None
         delay = BACKOFF_FIRST
         while True:
             params = {"after": str(cursor), "follow": "1" if follow else "0"}
-            if in_progress and follow and not connected_once:
-                params["in_progress"] = "1"
+            if not connected_once:
+                params.update(first)
             try:
                 async with self._transport.http().stream(
                     "GET", API_PREFIX + path, params=params, timeout=self._stream_timeout
@@ -264,7 +303,7 @@ class DaemonClient:
                 deadline = now + self._reconnect_window
             if now >= deadline:
                 raise DaemonError(
-                    f"lost the event stream of {ref} and could not reconnect within "
+                    f"lost {what} and could not reconnect within "
                     f"{self._reconnect_window:g}s: is the daemon running? (recursa daemon status)"
                 )
             await asyncio.sleep(min(delay, max(0.0, deadline - now)))

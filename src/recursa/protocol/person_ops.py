@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, cast
 
+from pydantic import Field
+
 from recursa.protocol.control import (
     AddSchedule,
     GoalAction,
@@ -39,6 +41,8 @@ from recursa.protocol.wire import (
 )
 
 DEFAULT_LOG_LIMIT = 50
+MAX_IDS_CHARS = 64 * 1024
+"""The longest ``ids`` list a sessions query takes (about 1,800 ids)."""
 REFINE_TIMEOUT = 600.0
 """Seconds a client waits for a refinement's reply: it is a model call."""
 
@@ -64,14 +68,42 @@ class SendTo(SessionRef):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionsQuery:
+    """``ids``: only these sessions (ids, comma-separated); None: every one."""
+
+    ids: Annotated[str, Field(max_length=MAX_IDS_CHARS)] | None = None
+
+    @property
+    def wanted(self) -> frozenset[str] | None:
+        if self.ids is None:
+            return None
+        return frozenset(part.strip() for part in self.ids.split(",") if part.strip())
+
+
+@dataclass(frozen=True, slots=True)
 class EventsQuery(SessionRef):
     """``in_progress`` (with ``follow``): after the stored records, the streamed
     pieces (``seq == 0``) of the reply or cell in progress, so a late watcher sees
-    it from its start. A reconnecting client leaves it off: it saw them."""
+    it from its start. A reconnecting client leaves it off: it saw them.
+
+    ``limit``: only the last ``limit`` stored records with ``after < seq < before``
+    (``before`` None: no upper bound), so a viewer reads the tail of a long log
+    and pages back with ``before`` = the oldest seq it holds. ``before`` cannot
+    be combined with ``follow``."""
 
     after: Count = 0
     follow: bool = False
     in_progress: bool = False
+    limit: Count | None = None
+    before: Count | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedQuery:
+    """Every session's stored records with ``seq > after``, then (``follow``) new ones."""
+
+    after: Count = 0
+    follow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +219,9 @@ CREATE_SESSION = Operation[CreateSession, SessionInfo](
     "create_session", "POST", "/sessions", CreateSession, SessionInfo, P,
     "Admit a root session and queue its task (when given).", command=True, status=201,
 )  # fmt: skip
-SESSIONS = Operation[None, list[SessionInfo]](
-    "sessions", "GET", "/sessions", None, list[SessionInfo], P,
-    "Every session, roots and sub-agents, oldest first.",
+SESSIONS = Operation[SessionsQuery, list[SessionInfo]](
+    "sessions", "GET", "/sessions", SessionsQuery, list[SessionInfo], P,
+    "Every session (or those of ``ids``), roots and sub-agents, oldest first.",
 )  # fmt: skip
 SESSION = Operation[SessionRef, SessionInfo](
     "session", "GET", "/sessions/{session}", SessionRef, SessionInfo, P, "One session.",
@@ -214,6 +246,16 @@ EVENTS = Operation[EventsQuery, None](
     "events", "GET", "/sessions/{session}/events", EventsQuery, None, P,
     "The session's event records with seq > after, then (follow) every new one: NDJSON.",
     stream=True,
+)  # fmt: skip
+FEED = Operation[FeedQuery, None](
+    "feed", "GET", "/feed", FeedQuery, None, P,
+    "Every session's stored event records with seq > after, then (follow) each new one: NDJSON.",
+    stream=True,
+)  # fmt: skip
+UNLOAD = Operation[SessionRef, SessionInfo](
+    "unload", "POST", "/sessions/{session}/unload", SessionRef, SessionInfo, P,
+    "Unload an idle session (kernel snapshotted, stopped); a running one is refused.",
+    command=True,
 )  # fmt: skip
 USAGE = Operation[SessionRef, UsageNode](
     "usage", "GET", "/sessions/{session}/usage", SessionRef, UsageNode, P,
@@ -293,12 +335,14 @@ SHUTDOWN = Operation[Shutdown, Ack](
 
 __all__ = [
     "DEFAULT_LOG_LIMIT",
+    "MAX_IDS_CHARS",
     "REFINE_TIMEOUT",
     "Decision",
     "Diff",
     "DiffQuery",
     "EntryRef",
     "EventsQuery",
+    "FeedQuery",
     "GoalChange",
     "GoalFor",
     "HarnessQuery",
@@ -312,4 +356,5 @@ __all__ = [
     "ScheduleQuery",
     "SendTo",
     "SessionRef",
+    "SessionsQuery",
 ]

@@ -113,6 +113,12 @@ class SessionInfo:
     last_activity: float
     usage: Usage = field(default_factory=Usage)
     last_answer: str | None = None
+    depth: int = 0
+    """0 for a root; a sub-agent's is its parent's plus one."""
+    pending: int = 0
+    """Messages in its inbox not yet read by the session."""
+    cell_started_at: float | None = None
+    """When the cell it runs now started (unix seconds); None when no cell runs."""
 
 
 @dataclass(frozen=True, slots=True)

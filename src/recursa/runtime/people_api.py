@@ -13,7 +13,6 @@ left uncertain.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -22,7 +21,7 @@ from typing import Literal, TypeVar
 
 from recursa import __version__
 from recursa.config import Limits
-from recursa.errors import UncertainCommand, UsageError
+from recursa.errors import StoreError, UncertainCommand, UsageError
 from recursa.harness.entries import reason_text
 from recursa.protocol.control import GoalInfo, ScheduleInfo
 from recursa.protocol.events import PROTOCOL_VERSION, EventRecord
@@ -33,6 +32,7 @@ from recursa.protocol.person_ops import (
     DiffQuery,
     EntryRef,
     EventsQuery,
+    FeedQuery,
     GoalChange,
     GoalFor,
     HarnessQuery,
@@ -46,6 +46,7 @@ from recursa.protocol.person_ops import (
     ScheduleQuery,
     SendTo,
     SessionRef,
+    SessionsQuery,
 )
 from recursa.protocol.wire import (
     CommandKey,
@@ -66,9 +67,10 @@ from recursa.protocol.wire import (
     to_json,
 )
 from recursa.runtime.autonomy import spec_of
+from recursa.runtime.event_reads import EventReads
 from recursa.runtime.kernel_api import refine
 from recursa.runtime.runtime import Runtime
-from recursa.runtime.tree import display_name
+from recursa.runtime.tree import depth_of, display_name
 from recursa.session.compaction import check_context_window
 from recursa.session.inputs import Attachment
 from recursa.store import JSONValue, SessionRow
@@ -96,6 +98,7 @@ class PeopleApi:
         self.store = runtime.store
         self._life = life
         self._stop = stop
+        self._reads = EventReads(runtime)
 
     # ------------------------------------------------------------------ reads
 
@@ -113,8 +116,11 @@ class PeopleApi:
             recovery_seconds=self._life.recovery_seconds,
         )
 
-    async def sessions(self) -> list[SessionInfo]:
-        return [self._info(row) for row in self.store.sessions()]
+    async def sessions(self, request: SessionsQuery) -> list[SessionInfo]:
+        wanted = request.wanted
+        return [
+            self._info(row) for row in self.store.sessions() if wanted is None or row.id in wanted
+        ]
 
     async def session(self, request: SessionRef) -> SessionInfo:
         return self._info(self.store.session(request.session))
@@ -144,6 +150,9 @@ class PeopleApi:
                 unknown_cost_calls=totals.unknown_cost_calls,
             ),
             last_answer=loaded.last_answer if loaded else None,
+            depth=depth_of(row),
+            pending=self.store.inbox.pending_count(row.id),
+            cell_started_at=loaded.cell_started_at if loaded else None,
         )
 
     # --------------------------------------------------------------- commands
@@ -244,44 +253,28 @@ class PeopleApi:
         self._finish(command, to_json(info))
         return info
 
+    async def unload(self, request: SessionRef, command: CommandKey | None) -> SessionInfo:
+        """Unload an idle session; one that is running is refused (nothing interrupted)."""
+        row = self.store.session(request.session)
+        target = self.runtime.find(row.id)
+        if target is not None and target.running:  # refused before it is recorded
+            raise StoreError(f"session {row.id} is running: interrupt or stop it first")
+        seen = self._replayed(command, "unload")
+        if seen is not None:
+            return from_json(SessionInfo, seen)
+        if target is not None and target.loaded:
+            await target.unload()
+        info = self._info(self.store.session(row.id))
+        self._finish(command, to_json(info))
+        return info
+
     # ----------------------------------------------------------------- events
 
     async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
-        """The session's records (NotFound at once for an unknown session)."""
-        row = self.store.session(request.session)
-        return self._records(row.id, request.after, request.follow, request.in_progress)
+        return await self._reads.events(request)
 
-    async def _records(
-        self, session_id: str, after: int, follow: bool, in_progress: bool
-    ) -> AsyncIterator[EventRecord]:
-        """Stored events after the cursor, then (``in_progress``) the streamed
-        pieces of the reply or cell in progress, then live ones. The listener is
-        attached, and the pieces so far taken, in one step before the store is
-        read; records already sent are skipped by seq. So nothing falls between
-        the parts and nothing comes twice."""
-        target = self.runtime.get(session_id)
-        live: asyncio.Queue[EventRecord] = asyncio.Queue()
-        stop = target.listen(live.put_nowait) if follow else None
-        pieces = target.in_progress() if follow and in_progress else ()
-        try:
-            last = after
-            for record in self.store.events(session_id, after=after):
-                yield record
-                last = record.seq
-            if not follow:
-                return
-            for record in pieces:
-                yield record
-            while True:
-                record = await live.get()
-                if record.seq:
-                    if record.seq <= last:
-                        continue
-                    last = record.seq
-                yield record
-        finally:
-            if stop is not None:
-                stop()
+    async def feed(self, request: FeedQuery) -> AsyncIterator[EventRecord]:
+        return await self._reads.feed(request)
 
     # -------------------------------------------------------- tree, accounting
 

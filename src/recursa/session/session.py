@@ -68,6 +68,8 @@ class Session:
         self.last_answer: str | None = None
         self.last_end: TurnEnded | None = None
         self.last_activity = 0.0
+        self.cell_started_at: float | None = None
+        """When the cell running now started (its ``cell_started`` time); None between cells."""
         self.idle_since = deps.clock()
         """When the session last went idle, by the runtime's (monotonic) clock."""
         self._conversation = Conversation(fenced=self.fenced)
@@ -276,6 +278,11 @@ class Session:
         if record.seq:
             self._conversation.apply(record.event, record.seq)
             self.last_activity = record.ts
+            kind = record.event.type
+            if kind == "cell_started":
+                self.cell_started_at = record.ts
+            elif kind in ("cell_finished", "turn_ended"):
+                self.cell_started_at = None
         self._listeners.publish(record)
 
     def _set_status(self, status: SessionStatus) -> None:

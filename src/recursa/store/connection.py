@@ -41,6 +41,8 @@ class StoreConnection:
         self._depth = 0
         self._skipped: set[int] = set()
         """Seqs of stored events this reader could not decode (see :mod:`recursa.store.eventlog`)."""
+        self._appended: list[Callable[[], None]] = []
+        """Called after every append (see :meth:`~recursa.store.eventlog.EventLog.on_append`)."""
 
     @property
     def path(self) -> Path | None:

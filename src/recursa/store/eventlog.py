@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from recursa.errors import one_line
 from recursa.protocol.events import (
@@ -77,7 +77,21 @@ class EventLog(StoreConnection):
                     records.append(self._insert(conn, session_id, event, self._clock()))
         except sqlite3.Error as exc:
             raise self._error(exc, missing=f"no session {session_id!r}") from exc
+        for callback in list(self._appended):
+            callback()
         return records
+
+    def on_append(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (quick, never raising) after every append from now
+        on, once the events are readable from this store; returns a function
+        that stops the calls. Readers of :meth:`feed` wait on it."""
+        self._appended.append(callback)
+
+        def stop() -> None:
+            if callback in self._appended:
+                self._appended.remove(callback)
+
+        return stop
 
     def _insert(
         self, conn: sqlite3.Connection, session_id: str, event: Event, ts: float
@@ -152,6 +166,51 @@ class EventLog(StoreConnection):
                 break
             cursor_seq = rows[-1][0]
         return records
+
+    def feed(self, *, after: int = 0, limit: int = 1000) -> list[EventRecord]:
+        """Every session's events with ``seq > after``, in seq order, from at most
+        ``limit`` rows (fewer records when some cannot be decoded)."""
+        with translated(self._where):
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT seq, session_id, ts, data FROM events WHERE seq > ?"
+                    " ORDER BY seq LIMIT ?",
+                    (after, limit),
+                )
+                .fetchall()
+            )
+        return [
+            EventRecord(seq, session_id, ts, event)
+            for seq, session_id, ts, data in rows
+            if (event := self._decode(seq, data)) is not None
+        ]
+
+    def tail(
+        self, session_id: str, *, limit: int, after: int = 0, before: int | None = None
+    ) -> list[EventRecord]:
+        """The last ``limit`` rows of a session's events with ``after < seq < before``
+        (``before`` None: no upper bound), in seq order; a reader paging back
+        through a long log passes the oldest seq it holds as ``before``."""
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        upper = "" if before is None else " AND seq < ?"
+        params: tuple[object, ...] = (session_id, after, *(() if before is None else (before,)))
+        with translated(self._where):
+            rows = (
+                self._db()
+                .execute(
+                    f"SELECT seq, ts, data FROM events WHERE session_id = ? AND seq > ?{upper}"
+                    " ORDER BY seq DESC LIMIT ?",
+                    (*params, limit),
+                )
+                .fetchall()
+            )
+        return [
+            EventRecord(seq, session_id, ts, event)
+            for seq, ts, data in reversed(rows)
+            if (event := self._decode(seq, data)) is not None
+        ]
 
     def _decode(self, seq: int, data: str) -> Event | None:
         try:
