@@ -64,7 +64,7 @@ from recursa.errors import (
 )
 from recursa.protocol.events import record_to_dict
 from recursa.protocol.operations import Operation, encode, operations
-from recursa.protocol.person_ops import SESSION, SESSIONS, SessionRef
+from recursa.protocol.person_ops import SESSION, SESSIONS, SessionRef, SessionsQuery
 from recursa.protocol.wire import from_json
 from recursa.view.web.access import Guard
 from recursa.view.web.sse import sse
@@ -236,7 +236,7 @@ class WebView:
         record of the few most recently active sessions. Too low only replays
         a few records to the page (which re-reads the sessions they name);
         never too high, since it is a seq that exists."""
-        infos = await self.client.call(SESSIONS, None)
+        infos = await self.client.call(SESSIONS, SessionsQuery())
         newest = sorted(infos, key=lambda info: info.last_activity, reverse=True)[:TAIL_PROBES]
         seq = 0
         for info in newest:

@@ -13,10 +13,8 @@ message}`` and the stream ends (the page shows the line and stops retrying).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 from recursa.errors import RecursaError
 from recursa.protocol.events import EventRecord, json_text, record_to_dict
@@ -41,7 +39,7 @@ def failure(kind: str, text: str) -> str:
 async def sse(
     records: AsyncIterator[EventRecord],
     *,
-    describe: Any,
+    describe: Callable[[RecursaError], tuple[str, str]],
     keepalive: float = KEEPALIVE_SECONDS,
 ) -> AsyncIterator[str]:
     """The SSE text of ``records``, with keepalives; the iterator is closed at
@@ -49,31 +47,32 @@ async def sse(
     failure. Waiting for the next record is never cancelled by a keepalive
     (cancelling an async generator mid-step would end it)."""
     yield f"retry: {RETRY_MILLISECONDS}\n\n"
-    async with contextlib.aclosing(records):
-        pending: asyncio.Task[EventRecord] | None = None
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(records))
-                done, _ = await asyncio.wait({pending}, timeout=keepalive)
-                if not done:
-                    yield ": keepalive\n\n"
-                    continue
-                task, pending = pending, None
-                try:
-                    record = task.result()
-                except StopAsyncIteration:
-                    return
-                except RecursaError as exc:
-                    kind, text = describe(exc)
-                    yield failure(kind, text)
-                    return
-                yield message(record)
-        finally:
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
+    pending: asyncio.Task[EventRecord] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(records))
+            done, _ = await asyncio.wait({pending}, timeout=keepalive)
+            if not done:
+                yield ": keepalive\n\n"
+                continue
+            task, pending = pending, None
+            try:
+                record = task.result()
+            except StopAsyncIteration:
+                return
+            except RecursaError as exc:
+                kind, text = describe(exc)
+                yield failure(kind, text)
+                return
+            yield message(record)
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.wait({pending})  # the generator must be at rest to be closed
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()
 
 
 __all__ = ["KEEPALIVE_SECONDS", "RETRY_MILLISECONDS", "failure", "message", "sse"]

@@ -99,6 +99,7 @@ function tokens(n) {
 }
 
 function cost(usage) {
+  if (!usage.cost && usage.unknown_cost_calls) return "?";
   const text = usage.cost ? `$${usage.cost < 0.01 ? usage.cost.toFixed(4) : usage.cost.toFixed(2)}` : "$0";
   return usage.unknown_cost_calls ? `${text}+?` : text;
 }
@@ -276,6 +277,8 @@ const view = {
   exhausted: false, // no records before `oldest`
   streaming: null,  // the block a streamed reply is being written into
   liveCells: new Map(), // cell number -> live output element of a running cell
+  runningBadges: new Map(), // cell number -> its "running" badge, until it finishes
+  finished: new Set(),  // cells whose outcome is shown
 };
 
 async function select(id) {
@@ -308,6 +311,8 @@ async function openSession(id) {
   if (view.source) view.source.close();
   Object.assign(view, { id, source: null, oldest: null, newest: 0, exhausted: false, streaming: null });
   view.liveCells = new Map();
+  view.runningBadges = new Map();
+  view.finished = new Set();
   $("#event-list").replaceChildren();
   const records = await act(() => getJson(`/api/events/${encodeURIComponent(id)}/page?limit=${PAGE}`));
   if (view.id !== id || !records) return;
@@ -433,16 +438,19 @@ function renderRecord(r) {
     case "model_retry":
       return line("warn", `model retry ${r.attempt} (${r.kind}) in ${r.delay.toFixed(1)}s: ${r.message}`);
     case "cell_started": {
-      const live = el("pre", { class: "out live", hidden: true });
-      view.liveCells.set(r.cell, live);
-      const running = el("span", { class: "badge running", dataset: { started: r.ts }, text: "running" });
+      // A cell whose outcome is already shown (an earlier page read later) is not running.
+      const done = view.finished.has(r.cell);
+      const live = done ? null : el("pre", { class: "out live", hidden: true });
+      const running = done ? null : el("span", { class: "badge running", dataset: { started: r.ts }, text: "running" });
+      if (!done) { view.liveCells.set(r.cell, live); view.runningBadges.set(r.cell, running); }
       const node = block("cell", el("span", {}, `cell ${r.cell} `, running), highlight(r.code), live);
       node[0].dataset.cell = r.cell;
       return node;
     }
     case "cell_finished": {
-      const started = document.querySelector(`#event-list .cell[data-cell="${r.cell}"] .running`);
-      if (started) { started.remove(); }
+      view.finished.add(r.cell);
+      const started = view.runningBadges.get(r.cell);
+      if (started) { started.remove(); view.runningBadges.delete(r.cell); }
       const live = view.liveCells.get(r.cell);
       if (live) { live.remove(); view.liveCells.delete(r.cell); }
       const status = el("span", { class: `badge c-${r.status}`, text: r.status });
@@ -690,7 +698,7 @@ async function loadUsage() {
     const share = parentTotal ? weight(n.total) / parentTotal : 1;
     const info = state.sessions.get(n.id);
     body.append(el("tr", { dataset: { id: n.id } },
-      el("td", {}, el("span", { class: "indent", text: level ? "  ".repeat(level - 1) + "└ " : "" }), n.name || short(n.id), " ", el("span", { class: "dim mono", text: short(n.id) })),
+      el("td", {}, el("span", { class: "indent", text: level ? "  ".repeat(level - 1) + "└ " : "" }), n.name || "(unnamed)", " ", el("span", { class: "dim mono", text: short(n.id) })),
       el("td", { class: "dim", text: info ? info.model : "" }),
       el("td", { class: "num", text: n.own.calls }),
       el("td", { class: "num", text: `${tokens(n.own.input_tokens)} / ${tokens(n.own.output_tokens)}` }),
