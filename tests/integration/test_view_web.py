@@ -1,6 +1,7 @@
 """The acceptance of ``recursa web``, clicked through in a real browser.
 
-Debian's chromium, driven headless by Playwright, against the real
+Debian's chromium, driven headless by Playwright (its sync API: the demo
+tree and the web server run in threads and processes of their own), against the real
 ``recursa web`` command and a real daemon running a three-level tree with a
 scripted model (:func:`recursa.testing.demo_tree`). A person, without the
 CLI: finds the grandchild and reads its last cell and output; sends it a
@@ -13,17 +14,16 @@ temporary directory)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Page, async_playwright, expect
+from playwright.sync_api import Page, expect, sync_playwright
 
-from recursa.testing import demo_tree
+from recursa.testing.demo_tree import demo_tree
 from web_kit import WebServer, web_server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,134 +37,119 @@ def shots(tmp_path: Path) -> Path:
     return where
 
 
-@contextlib.asynccontextmanager
-async def served(env: dict[str, str], cwd: Path) -> AsyncIterator[WebServer]:
-    """``recursa web`` for the demo's daemon, started and stopped off the event
-    loop (the loop also serves the scripted model)."""
-    stack = contextlib.ExitStack()
-    server = await asyncio.to_thread(stack.enter_context, web_server(env, cwd))
-    try:
-        yield server
-    finally:
-        await asyncio.to_thread(stack.close)
-
-
-@contextlib.asynccontextmanager
-async def browser_page() -> AsyncIterator[tuple[Page, list[str]]]:
+@contextlib.contextmanager
+def browser_page() -> Iterator[tuple[Page, list[str]]]:
     """A page of a headless chromium, and the page's script errors as they happen."""
     if not CHROMIUM.exists():
         pytest.fail(
             "the browser test needs Debian's chromium: apt-get install chromium (CI installs it)",
             pytrace=False,
         )
-    async with async_playwright() as driver:
-        browser = await driver.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:
-            page = await browser.new_page(viewport={"width": 1440, "height": 900})
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.set_default_timeout(30_000)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
             yield page, errors
         finally:
-            await browser.close()
+            browser.close()
 
 
-async def test_a_person_audits_and_steers_the_tree_in_a_browser(
-    tmp_path: Path, shots: Path
-) -> None:
-    async with (
+def test_a_person_audits_and_steers_the_tree_in_a_browser(tmp_path: Path, shots: Path) -> None:
+    with (
         demo_tree(tmp_path / "home") as demo,
-        served(demo.env, tmp_path) as server,
+        web_server(demo.env, tmp_path) as server,
         browser_page() as (page, errors),
     ):
-        await page.goto(server.url)
+        page.goto(server.url)
         # The tree: all three, the grandchild two levels down, the root's cell running.
         for session in (demo.root_id, demo.child_id, demo.grandchild_id):
-            await expect(page.locator(f'#tree tr[data-id="{session}"]')).to_be_visible()
+            expect(page.locator(f'#tree tr[data-id="{session}"]')).to_be_visible()
         root_row = page.locator(f'#tree tr[data-id="{demo.root_id}"]')
-        await expect(root_row.locator(".badge")).to_have_text("running")
+        expect(root_row.locator(".badge")).to_have_text("running")
         grandchild_row = page.locator(f'#tree tr[data-id="{demo.grandchild_id}"]')
-        await expect(grandchild_row.locator("td").nth(3)).to_have_text("2")
+        expect(grandchild_row.locator("td").nth(3)).to_have_text("2")
 
         # 1. Find the grandchild by (a prefix of) its id and read its last cell and output.
-        await page.fill("#jump", demo.grandchild_id[:12])
-        await page.press("#jump", "Enter")
-        await expect(grandchild_row).to_have_class(re.compile(r"\bselected\b"))
+        page.fill("#jump", demo.grandchild_id[:12])
+        page.press("#jump", "Enter")
+        expect(grandchild_row).to_have_class(re.compile(r"\bselected\b"))
         code, output = last_cell(server, demo.grandchild_id)
-        await expect(page.locator("#event-list .ev.cell pre.code").last).to_have_text(code)
-        await expect(page.locator("#event-list .ev.output pre.out").last).to_have_text(output)
-        await page.screenshot(path=shots / "web-session.png")
+        expect(page.locator("#event-list .ev.cell pre.code").last).to_have_text(code)
+        expect(page.locator("#event-list .ev.output pre.out").last).to_have_text(output)
+        page.screenshot(path=shots / "web-session.png")
 
         # 2. Send it a message (text, never markup) that it answers in its next turn.
-        await page.fill("#message", HOSTILE)
-        await page.select_option("#mode", "follow_up")
-        await page.click("#send")
+        page.fill("#message", HOSTILE)
+        page.select_option("#mode", "follow_up")
+        page.click("#send")
         answer = page.locator("#event-list .ev.ended .answer", has_text=f"pong: {HOSTILE}")
-        await expect(answer).to_be_visible(timeout=60_000)
-        assert await page.locator("#event-list b").count() == 0
+        expect(answer).to_be_visible(timeout=60_000)
+        assert page.locator("#event-list b").count() == 0
         mine = page.locator("#event-list .ev.src-user .text", has_text=HOSTILE)
-        await expect(mine).to_be_visible()
-        await page.screenshot(path=shots / "web-message-answered.png")
+        expect(mine).to_be_visible()
+        page.screenshot(path=shots / "web-message-answered.png")
 
         # 3. The proposal, first in the harness pane, with its trigger events.
-        await page.click('#tabs button[data-tab="harness"]')
+        page.click('#tabs button[data-tab="harness"]')
         first = page.locator("#entries tbody tr").first
-        await expect(first).to_have_attribute("data-entry", demo.skill_id)
-        await expect(first.locator(".badge")).to_have_text("proposed")
-        await first.click()
-        await expect(page.locator("#entry-title")).to_be_visible()
+        expect(first).to_have_attribute("data-entry", demo.skill_id)
+        expect(first.locator(".badge")).to_have_text("proposed")
+        first.click()
+        expect(page.locator("#entry-title")).to_be_visible()
         triggers = page.locator("#versions .seq-link")
-        assert await triggers.count() >= 1
+        assert triggers.count() >= 1
         # The diff of v1 against nothing: every line added, none removed.
         diff = page.locator("#diff")
-        await expect(diff.locator("tr.head th").first).to_have_text("nothing")
-        await expect(diff.locator("tr.head th").last).to_have_text("v1")
-        assert await diff.locator("td.add").count() > 0
-        assert await diff.locator("td.del").count() == 0
-        await page.screenshot(path=shots / "web-harness-proposal.png")
+        expect(diff.locator("tr.head th").first).to_have_text("nothing")
+        expect(diff.locator("tr.head th").last).to_have_text("v1")
+        assert diff.locator("td.add").count() > 0
+        assert diff.locator("td.del").count() == 0
+        page.screenshot(path=shots / "web-harness-proposal.png")
         # A trigger event opens the session pane at that event.
-        seq = await triggers.first.get_attribute("data-seq")
-        await triggers.first.click()
-        await expect(page.locator(f"#ev-{seq}.flash")).to_be_in_viewport()
-        await page.screenshot(path=shots / "web-trigger-event.png")
+        seq = triggers.first.get_attribute("data-seq")
+        triggers.first.click()
+        expect(page.locator(f"#ev-{seq}.flash")).to_be_in_viewport()
+        page.screenshot(path=shots / "web-trigger-event.png")
         # Approve it.
-        await page.click('#tabs button[data-tab="harness"]')
-        await page.locator(f'#entries tr[data-entry="{demo.skill_id}"]').click()
-        await page.fill("#decision-reason", "a plain helper, fine for everyone")
-        await page.click("#approve")
-        await expect(page.locator("#entry-meta")).to_contain_text("active")
+        page.click('#tabs button[data-tab="harness"]')
+        page.locator(f'#entries tr[data-entry="{demo.skill_id}"]').click()
+        page.fill("#decision-reason", "a plain helper, fine for everyone")
+        page.click("#approve")
+        expect(page.locator("#entry-meta")).to_contain_text("active")
         skill = server.op("harness_show", {"entry": demo.skill_id})
         assert skill["entry"]["status"] == "active"
         assert skill["history"][-1]["actor"] == "human"
         assert skill["history"][-1]["reason"] == "a plain helper, fine for everyone"
 
         # 4. Revert the memory to its previous version with one click.
-        await page.locator(f'#entries tr[data-entry="{demo.memory_id}"]').click()
+        page.locator(f'#entries tr[data-entry="{demo.memory_id}"]').click()
         revert = page.locator("#revert-prev")
-        await expect(revert).to_have_text("Revert to v1")
-        await revert.click()
-        await expect(page.locator("#entry-meta")).to_contain_text("v3")
+        expect(revert).to_have_text("Revert to v1")
+        revert.click()
+        expect(page.locator("#entry-meta")).to_contain_text("v3")
         memory = server.op("harness_show", {"entry": demo.memory_id})
         versions = {v["version"]: v for v in memory["history"]}
         assert memory["entry"]["content"] == versions[1]["content"] != versions[2]["content"]
         assert memory["entry"]["actor"] == "human"
-        await page.screenshot(path=shots / "web-harness-reverted.png")
+        page.screenshot(path=shots / "web-harness-reverted.png")
 
         # The usage pane of the root: its subtree, each child's share.
-        await page.locator(f'#tree tr[data-id="{demo.root_id}"]').click()
-        await page.click('#tabs button[data-tab="usage"]')
-        await expect(page.locator(f'#usage tr[data-id="{demo.grandchild_id}"]')).to_be_visible()
-        await expect(page.locator("#usage .share-cell").first).to_contain_text("%")
-        await page.screenshot(path=shots / "web-usage.png")
-        await page.click('#tabs button[data-tab="session"]')
-        await expect(page.locator("#event-list .ev.cell .running").last).to_be_visible()
-        await page.screenshot(path=shots / "web-root-running.png")
+        page.locator(f'#tree tr[data-id="{demo.root_id}"]').click()
+        page.click('#tabs button[data-tab="usage"]')
+        expect(page.locator(f'#usage tr[data-id="{demo.grandchild_id}"]')).to_be_visible()
+        expect(page.locator("#usage .share-cell").first).to_contain_text("%")
+        page.screenshot(path=shots / "web-usage.png")
+        page.click('#tabs button[data-tab="session"]')
+        expect(page.locator("#event-list .ev.cell .running").last).to_be_visible()
+        page.screenshot(path=shots / "web-root-running.png")
 
         # All the while the root's turn ran on: its cell was not interrupted.
         assert server.op("session", {"session": demo.root_id})["status"] == "running"
-        await demo.release_root()
-        assert demo.root_cell_status() == "ok"
+        assert demo.release_root() == "ok"
         assert errors == []
 
 
