@@ -161,3 +161,62 @@ def last_cell(server: WebServer, session: str) -> tuple[str, str]:
     finished = [r for r in records if r["type"] == "cell_finished"]
     assert finished, "the grandchild ran no cell"
     return started[finished[-1]["cell"]], finished[-1]["output"]
+
+
+def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> None:
+    """Goal, schedules, unload, the tree's filter and interrupt, by clicking."""
+    with (
+        demo_tree(tmp_path / "home") as demo,
+        web_server(demo.env, tmp_path) as server,
+        browser_page() as (page, errors),
+    ):
+        page.goto(server.url)
+        root = page.locator(f'#tree tr[data-id="{demo.root_id}"]')
+        root.click()
+        # A goal for the running root: its prompt waits in the queue, so nothing races.
+        page.click("#controls summary")
+        page.fill("#goal-objective", "keep the demo tidy")
+        page.fill("#goal-budget", "5000")
+        page.click("#goal-form button[type=submit]")
+        goal_line = page.locator("#goal-line")
+        expect(goal_line).to_contain_text("goal (active): keep the demo tidy")
+        expect(goal_line).to_contain_text("of 5,000 tokens")
+        page.click('[data-goal="pause"]')
+        expect(goal_line).to_contain_text("goal (paused)")
+        page.click('[data-goal="resume"]')
+        expect(goal_line).to_contain_text("goal (active)")
+        page.click('[data-goal="clear"]')
+        expect(goal_line).not_to_contain_text("(active)")
+        # A schedule is listed and cancelled.
+        job = server.op(
+            "add_schedule", {"session": demo.root_id, "spec": "every 1h", "prompt": "check in"}
+        )
+        page.click("#controls summary")  # closed, then open again: read anew
+        page.click("#controls summary")
+        row = page.locator("#schedules tr", has_text=f"#{job['id']}")
+        expect(row).to_contain_text("every 1h")
+        page.screenshot(path=shots / "web-controls.png")
+        row.get_by_role("button", name="Cancel").click()
+        expect(page.locator("#schedules")).to_contain_text("no schedules")
+        assert server.op("schedules", {"session": demo.root_id}) == []
+
+        # Unload the idle grandchild; the status filter then finds it among the inactive.
+        page.locator(f'#tree tr[data-id="{demo.grandchild_id}"]').click()
+        page.click("#act-unload")
+        grandchild = page.locator(f'#tree tr[data-id="{demo.grandchild_id}"]')
+        expect(grandchild.locator(".badge")).to_have_text("inactive")
+        page.select_option("#status-filter", "running")
+        expect(page.locator("#tree tbody tr")).to_have_count(1)
+        expect(root).to_be_visible()
+        page.select_option("#status-filter", "all")
+        page.fill("#filter", "grandchild")  # its ancestors stay, as its context
+        expect(page.locator("#tree tbody tr")).to_have_count(3)
+
+        # Interrupt the root: its cell ends interrupted, and it is idle.
+        root.click()
+        page.click("#act-interrupt")
+        expect(root.locator(".badge")).to_have_text("idle", timeout=30_000)
+        outcome = page.locator("#event-list .ev.output .badge", has_text="interrupted")
+        expect(outcome).to_be_visible()
+        page.screenshot(path=shots / "web-interrupted.png")
+        assert errors == []

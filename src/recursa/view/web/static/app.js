@@ -89,7 +89,7 @@ async function act(work, done) {
   }
 }
 
-const short = (id) => (id || "").slice(0, 8);
+const short = (id) => id || "";  // ids made together share long prefixes: show them whole
 const label = (info) => (info ? info.name || short(info.id) : "?");
 
 function tokens(n) {
@@ -204,7 +204,7 @@ function renderTree() {
 function tickClocks() {
   for (const cell of document.querySelectorAll("#tree td[data-since]")) cell.textContent = ago(now() - Number(cell.dataset.since));
   for (const cell of document.querySelectorAll("#tree td[data-cell]")) cell.textContent = ago(now() - Number(cell.dataset.cell));
-  for (const badge of document.querySelectorAll(".cell .running[data-started]")) badge.textContent = `running ${ago(now() - Number(badge.dataset.started))}`;
+  for (const badge of document.querySelectorAll(".ev.cell .running[data-started]")) badge.textContent = `running ${ago(now() - Number(badge.dataset.started))}`;
 }
 
 async function loadSessions() {
