@@ -15,8 +15,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
+import pytest
+from playwright.sync_api import Page, sync_playwright
 
 PREFIX = "recursa web: "
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,24 @@ def web_server(env: Mapping[str, str], cwd: Path) -> Iterator[WebServer]:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+@contextlib.contextmanager
+def browser_page() -> Iterator[tuple[Page, list[str]]]:
+    """A page of a headless chromium, and the page's script errors as they happen."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            "the browser test needs Debian's chromium: apt-get install chromium (CI installs it)",
+            pytrace=False,
+        )
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(30_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            yield page, errors
+        finally:
+            browser.close()

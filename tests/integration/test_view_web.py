@@ -14,19 +14,16 @@ temporary directory)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import expect
 
 from recursa.testing.demo_tree import demo_tree
-from web_kit import WebServer, web_server
+from web_kit import WebServer, browser_page, web_server
 
-CHROMIUM = Path("/usr/bin/chromium")
 HOSTILE = "<b>ping</b> from the browser"
 
 
@@ -35,27 +32,6 @@ def shots(tmp_path: Path) -> Path:
     where = Path(os.environ.get("RECURSA_SHOTS") or tmp_path / "shots")
     where.mkdir(parents=True, exist_ok=True)
     return where
-
-
-@contextlib.contextmanager
-def browser_page() -> Iterator[tuple[Page, list[str]]]:
-    """A page of a headless chromium, and the page's script errors as they happen."""
-    if not CHROMIUM.exists():
-        pytest.fail(
-            "the browser test needs Debian's chromium: apt-get install chromium (CI installs it)",
-            pytrace=False,
-        )
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.set_default_timeout(30_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-            yield page, errors
-        finally:
-            browser.close()
 
 
 def test_a_person_audits_and_steers_the_tree_in_a_browser(tmp_path: Path, shots: Path) -> None:

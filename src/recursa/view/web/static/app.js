@@ -10,6 +10,7 @@
 "use strict";
 
 const PAGE = 300;          // records per history page
+const BIG_PAGE = 2000;     // the most the server gives in one page
 const FOLD_LINES = 12;     // outputs longer than this are folded
 const FOLD_CHARS = 1500;
 const REFRESH_MS = 250;    // coalesces tree refreshes when events pour in
@@ -326,15 +327,16 @@ async function openSession(id) {
   scrollToEnd(true);
   const source = new EventSource(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`);
   view.source = source;
-  source.onmessage = (e) => { if (view.id === id) liveRecord(JSON.parse(e.data)); };
+  source.onmessage = (e) => { if (view.id === id) queueLive(JSON.parse(e.data)); };
   source.addEventListener("failure", (e) => { notice(JSON.parse(e.data).message); source.close(); });
   loadControls();
 }
 
-async function loadEarlier() {
+async function loadEarlier(limit) {
   if (view.exhausted || view.oldest === null) return false;
   const id = view.id;
-  const records = await act(() => getJson(`/api/events/${encodeURIComponent(id)}/page?before=${view.oldest}&limit=${PAGE}`));
+  const size = typeof limit === "number" ? limit : PAGE;
+  const records = await act(() => getJson(`/api/events/${encodeURIComponent(id)}/page?before=${view.oldest}&limit=${size}`));
   if (view.id !== id || !records) return false;
   const box = $("#events");
   const height = box.scrollHeight;
@@ -343,14 +345,33 @@ async function loadEarlier() {
   $("#event-list").prepend(frag);
   box.scrollTop += box.scrollHeight - height;  // keep what the reader was looking at in place
   if (records.length) view.oldest = records[0].seq;
-  view.exhausted = records.length < PAGE;
+  view.exhausted = records.length < size;
   $("#earlier").hidden = view.exhausted;
   return records.length > 0;
 }
 
+// Live records are drawn once per frame, however fast they come: reading the
+// scroll position forces a layout, so it is read once per batch, not per record.
+let liveQueue = [];
+function queueLive(record) {
+  liveQueue.push(record);
+  if (liveQueue.length === 1) requestAnimationFrame(flushLive);
+}
+
+function flushLive() {
+  const batch = liveQueue;
+  liveQueue = [];
+  liveRecords(batch);
+}
+
+function liveRecords(records) {
+  const stick = nearEnd();
+  for (const record of records) liveRecord(record);
+  if (stick) scrollToEnd(true);
+}
+
 function liveRecord(record) {
   if (record.seq && record.seq <= view.newest) return;  // already shown
-  const stick = nearEnd();
   if (record.seq) view.newest = record.seq;
   if (record.type === "text_delta") {
     if (!view.streaming) {
@@ -365,7 +386,6 @@ function liveRecord(record) {
     if (record.type === "assistant_reply" && view.streaming) { view.streaming.remove(); view.streaming = null; }
     $("#event-list").append(...renderRecord(record));
   }
-  if (stick) scrollToEnd();
 }
 
 function nearEnd() {
@@ -490,7 +510,8 @@ async function jumpToSeq(sessionId, seq) {
   showTab("session");
   if (view.id !== sessionId) await select(sessionId);
   while (!document.getElementById(`ev-${seq}`) && !view.exhausted && view.oldest !== null && view.oldest > seq) {
-    if (!(await loadEarlier())) break;
+    // Far back (a trigger event of an old edit): bigger pages, fewer round trips.
+    if (!(await loadEarlier(Math.min(BIG_PAGE, Math.max(PAGE, view.oldest - seq + 1))))) break;
   }
   const target = document.getElementById(`ev-${seq}`);
   if (!target) { notice(`event #${seq} is not in ${label(state.sessions.get(sessionId))}'s log`); return; }
@@ -711,6 +732,32 @@ async function loadUsage() {
   };
   walk(node, 0, 0);
   $("#usage tbody").replaceWith(body);
+  $("#usage-models tbody").replaceWith(byModel(node));
+}
+
+// The subtree's own usage summed per model (each session runs one model).
+function byModel(node) {
+  const models = new Map();
+  const add = (n) => {
+    const info = state.sessions.get(n.id);
+    const model = info ? info.model : "?";
+    const sum = models.get(model) || { sessions: 0, calls: 0, input_tokens: 0, output_tokens: 0, cost: 0, unknown_cost_calls: 0 };
+    sum.sessions += 1;
+    for (const key of ["calls", "input_tokens", "output_tokens", "cost", "unknown_cost_calls"]) sum[key] += n.own[key];
+    models.set(model, sum);
+    n.children.forEach(add);
+  };
+  add(node);
+  const body = el("tbody");
+  const all = node.total.cost || node.total.input_tokens + node.total.output_tokens;
+  for (const [model, sum] of [...models.entries()].sort((a, b) => b[1].input_tokens - a[1].input_tokens)) {
+    const share = all ? (node.total.cost ? sum.cost : sum.input_tokens + sum.output_tokens) / all : 0;
+    body.append(el("tr", {},
+      el("td", { text: model }), el("td", { class: "num", text: sum.sessions }), el("td", { class: "num", text: sum.calls }),
+      el("td", { class: "num", text: `${tokens(sum.input_tokens)} / ${tokens(sum.output_tokens)}` }),
+      el("td", { class: "num", text: cost(sum) }), el("td", { class: "share" }, shareBar(share))));
+  }
+  return body;
 }
 
 function shareBar(share) {
@@ -731,6 +778,15 @@ function showTab(tab) {
   if (tab === "usage") loadUsage();
 }
 
+// Up and down the rows the tree shows.
+function moveSelection(step) {
+  const ids = [...document.querySelectorAll("#tree tbody tr")].map((tr) => tr.dataset.id);
+  if (!ids.length) return;
+  const at = ids.indexOf(state.selected);
+  const next = at < 0 ? (step > 0 ? 0 : ids.length - 1) : Math.min(ids.length - 1, Math.max(0, at + step));
+  if (ids[next] !== state.selected) select(ids[next]);
+}
+
 function typing(target) {
   return target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.tagName === "SELECT");
 }
@@ -741,7 +797,7 @@ function wire() {
   $("#follow").addEventListener("change", () => { if ($("#follow").checked) followRunning(); });
   $("#jump-form").addEventListener("submit", (e) => { e.preventDefault(); jump($("#jump").value); });
   for (const button of document.querySelectorAll("#tabs button")) button.addEventListener("click", () => showTab(button.dataset.tab));
-  $("#earlier").addEventListener("click", loadEarlier);
+  $("#earlier").addEventListener("click", () => loadEarlier());
   $("#send-form").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
   $("#message").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); sendMessage(); } });
   $("#act-interrupt").addEventListener("click", () => sessionAction("interrupt", "interrupted"));
@@ -759,6 +815,11 @@ function wire() {
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && typing(e.target)) { e.target.blur(); return; }
     if (typing(e.target) || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "ArrowDown" || e.key === "ArrowUp" || e.key === "j" || e.key === "k") {
+      e.preventDefault();
+      moveSelection(e.key === "ArrowDown" || e.key === "j" ? 1 : -1);
+      return;
+    }
     const keys = { "/": () => $("#filter").focus(), g: () => $("#jump").focus(), 1: () => showTab("session"), 2: () => showTab("harness"), 3: () => showTab("usage") };
     if (keys[e.key]) { e.preventDefault(); keys[e.key](); }
   });
