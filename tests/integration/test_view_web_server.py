@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from daemon_kit import daemon_env, kill_everything
+from daemon_kit import daemon_env, kill_everything, ok
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 from web_kit import WebServer, web_server
 
@@ -178,3 +179,23 @@ def test_a_stream_of_an_unknown_session_is_404(web: tuple[WebServer, str]) -> No
         response = http.get("/api/events/no-such-session")
         assert response.status_code == 404
         assert response.json()["kind"] == "not_found"
+
+
+def test_a_dead_daemon_is_one_line_and_its_return_is_picked_up(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    with web_server(env, tmp_path) as server:
+        assert server.op("status", {})["sessions"] == 0
+        ok(["daemon", "stop"], env, tmp_path)
+        with server.client() as http:
+            down = http.post("/api/op/status", json={})
+            assert down.status_code == 503
+            assert down.json()["kind"] == "daemon"
+            assert "no daemon is running" in down.json()["message"]
+            with http.stream("GET", "/api/feed?after=0") as stream:
+                lines = list(stream.iter_lines())
+            assert "event: failure" in lines
+            assert http.get("/").status_code == 200  # the page itself is still served
+        ok(["daemon", "start"], env, tmp_path)
+        assert server.op("status", {})["sessions"] == 0
+        assert server.process.poll() is None

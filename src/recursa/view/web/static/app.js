@@ -256,13 +256,28 @@ function jump(text) {
 }
 
 // The feed: every stored record of every session says "this session changed".
-function openFeed() {
-  const source = new EventSource("/api/feed");
-  source.onopen = () => { $("#live").textContent = "live"; $("#live").className = "badge good"; };
-  source.onerror = () => { $("#live").textContent = "reconnecting"; $("#live").className = "badge warn"; };
-  source.addEventListener("failure", (e) => { notice(JSON.parse(e.data).message); source.close(); $("#live").textContent = "offline"; });
+// When the daemon is gone the stream ends with a failure: the page says so and
+// tries again every few seconds, from the last record it saw, and re-reads the
+// whole tree once it is back (what changed meanwhile).
+const FEED_RETRY_MS = 5000;
+let feedSeq = 0;
+function openFeed(recovering) {
+  const source = new EventSource(feedSeq ? `/api/feed?after=${feedSeq}` : "/api/feed");
+  const badge = (text, cls) => { $("#live").textContent = text; $("#live").className = `badge ${cls}`; };
+  source.onopen = () => {
+    badge("live", "good");
+    if (recovering) { recovering = false; act(loadSessions); }
+  };
+  source.onerror = () => badge("reconnecting", "warn");
+  source.addEventListener("failure", (e) => {
+    notice(JSON.parse(e.data).message);
+    source.close();
+    badge("offline", "bad");
+    setTimeout(() => openFeed(true), FEED_RETRY_MS);
+  });
   source.onmessage = (e) => {
     const record = JSON.parse(e.data);
+    if (record.seq) feedSeq = record.seq;
     markDirty(record.session_id);
     if (record.type === "notice" && record.text.startsWith("harness: ")) harnessChanged();
   };
@@ -325,11 +340,21 @@ async function openSession(id) {
   view.exhausted = records.length < PAGE;
   $("#earlier").hidden = view.exhausted;
   scrollToEnd(true);
+  followSession(id);
+  loadControls();
+}
+
+// The session's live stream, after the newest record shown; after a failure
+// (the daemon went away) it is tried again while the session stays selected.
+function followSession(id) {
   const source = new EventSource(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`);
   view.source = source;
   source.onmessage = (e) => { if (view.id === id) queueLive(JSON.parse(e.data)); };
-  source.addEventListener("failure", (e) => { notice(JSON.parse(e.data).message); source.close(); });
-  loadControls();
+  source.addEventListener("failure", (e) => {
+    notice(JSON.parse(e.data).message);
+    source.close();
+    setTimeout(() => { if (view.id === id && view.source === source) followSession(id); }, FEED_RETRY_MS);
+  });
 }
 
 async function loadEarlier(limit) {
