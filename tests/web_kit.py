@@ -5,6 +5,7 @@ real HTTP (the API with the token in a header, as a script would)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,15 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 PREFIX = "recursa web: "
+SHOTS = "RECURSA_SHOTS"
 CHROMIUM = Path("/usr/bin/chromium")
+
+
+def shots_dir(default: Path) -> Path:
+    """Where screenshots go: ``$RECURSA_SHOTS``, else ``default`` (a test's tmp dir)."""
+    where = Path(os.environ.get(SHOTS) or default)
+    where.mkdir(parents=True, exist_ok=True)
+    return where
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ temporary directory)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -22,16 +21,14 @@ import pytest
 from playwright.sync_api import expect
 
 from recursa.testing.demo_tree import demo_tree
-from web_kit import WebServer, browser_page, web_server
+from web_kit import WebServer, browser_page, shots_dir, web_server
 
 HOSTILE = "<b>ping</b> from the browser"
 
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    where = Path(os.environ.get("RECURSA_SHOTS") or tmp_path / "shots")
-    where.mkdir(parents=True, exist_ok=True)
-    return where
+    return shots_dir(tmp_path / "shots")
 
 
 def test_a_person_audits_and_steers_the_tree_in_a_browser(tmp_path: Path, shots: Path) -> None:

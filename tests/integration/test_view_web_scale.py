@@ -21,7 +21,7 @@ from playwright.sync_api import Page, Route
 
 from daemon_kit import daemon_env, kill_everything
 from recursa.testing import FakeModelServer
-from web_kit import WebServer, browser_page, web_server
+from web_kit import WebServer, browser_page, shots_dir, web_server
 
 SESSIONS = 500
 EVENTS = 20_000
@@ -123,7 +123,7 @@ def route_daemon(page: Page) -> None:
 
 
 def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
-    served: WebServer,
+    served: WebServer, tmp_path: Path
 ) -> None:
     with browser_page() as (page, errors):
         route_daemon(page)
@@ -175,4 +175,5 @@ def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
             f"tree redraw {redraw:.0f} ms; open {opened[0]:.0f} ms; "
             f"page back {back[0]:.0f} ms; live {live:.2f} ms/record"
         )
+        page.screenshot(path=shots_dir(tmp_path / "shots") / "web-scale.png")
         assert errors == []

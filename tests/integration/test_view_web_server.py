@@ -8,6 +8,7 @@ resume from Last-Event-ID, and pages of a session's history)."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from daemon_kit import daemon_env, kill_everything, ok
+from daemon_kit import daemon_env, fails, kill_everything, ok
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 from web_kit import WebServer, web_server
 
@@ -199,3 +200,12 @@ def test_a_dead_daemon_is_one_line_and_its_return_is_picked_up(
         ok(["daemon", "start"], env, tmp_path)
         assert server.op("status", {})["sessions"] == 0
         assert server.process.poll() is None
+
+
+def test_a_port_in_use_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = fails(["web", "--no-browser", "--port", str(port)], env, tmp_path, 2)
+    assert line.startswith(f"recursa: cannot listen on 127.0.0.1:{port}: ")

@@ -408,7 +408,12 @@ function liveRecord(record) {
     const live = view.liveCells.get(record.cell);
     if (live) { live.hidden = false; live.append(document.createTextNode(record.text)); }
   } else {
-    if (record.type === "assistant_reply" && view.streaming) { view.streaming.remove(); view.streaming = null; }
+    // The complete reply replaces its streamed pieces; a turn that ends without
+    // one (interrupted mid-reply) drops them too: the log has what was kept.
+    if ((record.type === "assistant_reply" || record.type === "turn_ended") && view.streaming) {
+      view.streaming.remove();
+      view.streaming = null;
+    }
     $("#event-list").append(...renderRecord(record));
   }
 }
