@@ -101,7 +101,8 @@ function tokens(n) {
 
 function cost(usage) {
   if (!usage.cost && usage.unknown_cost_calls) return "?";
-  const text = usage.cost ? `$${usage.cost < 0.01 ? usage.cost.toFixed(4) : usage.cost.toFixed(2)}` : "$0";
+  const c = usage.cost;
+  const text = !c ? "$0" : c < 0.001 ? "<$0.001" : `$${c.toFixed(c < 0.01 ? 3 : 2)}`;
   return usage.unknown_cost_calls ? `${text}+?` : text;
 }
 
