@@ -119,6 +119,12 @@ def error_reply(kind: str, message: str, status: int) -> JSONResponse:
     return JSONResponse({"kind": kind, "message": _one_line(message)}, status_code=status)
 
 
+def failed(exc: RecursaError) -> JSONResponse:
+    """The reply for an error of the daemon's client: its kind, status and one line."""
+    kind, status = _kind_status(exc)
+    return error_reply(kind, str(exc) or type(exc).__name__, status)
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:1000]
 
@@ -177,8 +183,7 @@ class WebView:
         try:
             result = await self.client.call(op, value)
         except RecursaError as exc:
-            kind, status = _kind_status(exc)
-            return error_reply(kind, str(exc) or type(exc).__name__, status)
+            return failed(exc)
         return JSONResponse(encode(result), status_code=200)
 
     # -- the streams ---------------------------------------------------------------------------
@@ -189,8 +194,7 @@ class WebView:
             if after is None:
                 after = await self._now()
         except RecursaError as exc:
-            kind, status = _kind_status(exc)
-            return error_reply(kind, str(exc), status)
+            return failed(exc)
         except ValueError as exc:
             return error_reply("invalid", str(exc), 400)
         records = self.client.feed(after=after, follow=True)
@@ -202,8 +206,7 @@ class WebView:
             after = _cursor(request) or 0
             info = await self.client.call(SESSION, SessionRef(session))
         except RecursaError as exc:
-            kind, status = _kind_status(exc)
-            return error_reply(kind, str(exc), status)
+            return failed(exc)
         except ValueError as exc:
             return error_reply("invalid", str(exc), 400)
         # The pieces in progress only on a first connection: a reconnecting
@@ -227,8 +230,7 @@ class WebView:
         except ValueError as exc:
             return error_reply("invalid", str(exc), 400)
         except RecursaError as exc:
-            kind, status = _kind_status(exc)
-            return error_reply(kind, str(exc), status)
+            return failed(exc)
         return JSONResponse(records)
 
     async def _now(self) -> int:
