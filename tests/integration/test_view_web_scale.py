@@ -1,5 +1,6 @@
-"""The page keeps up at the issue's scale: a 500-session tree and a
-20,000-event session, in headless chromium.
+"""The page keeps up at the issue's scale (a 500-session tree and a
+20,000-event session), and draws every kind of event as text, in headless
+chromium.
 
 The page and its server are the real ones; what the daemon would answer is
 made up here with Playwright's request routing (500 sessions and 20,000
@@ -20,6 +21,32 @@ import pytest
 from playwright.sync_api import Page, Route
 
 from daemon_kit import daemon_env, kill_everything
+from recursa.protocol.events import (
+    TRANSIENT_TYPES,
+    AssistantReply,
+    AutonomousEnded,
+    CellFinished,
+    CellOutput,
+    CellStarted,
+    Compacted,
+    Event,
+    EventRecord,
+    GateChecked,
+    InboxRead,
+    InputPlaced,
+    KernelStatus,
+    ModelRetry,
+    ModelUsage,
+    Notice,
+    ReadMessage,
+    SessionCreated,
+    StatusChanged,
+    TextDelta,
+    TurnEnded,
+    TurnStarted,
+    UserInput,
+    record_to_dict,
+)
 from recursa.testing import FakeModelServer
 from web_kit import WebServer, browser_page, shots_dir, web_server
 
@@ -89,7 +116,7 @@ def record(seq: int) -> dict[str, Any]:
                     "source": "child", "sender": "s-00001", "mode": "turn"}  # fmt: skip
 
 
-def route_daemon(page: Page) -> None:
+def route_daemon(page: Page, events: int = EVENTS) -> None:
     infos = sessions()
 
     def ops(route: Route) -> None:
@@ -107,9 +134,9 @@ def route_daemon(page: Page) -> None:
 
     def page_of_events(route: Route) -> None:
         query = parse_qs(urlsplit(route.request.url).query)
-        before = int(query.get("before", [EVENTS + 1])[0])
+        before = int(query.get("before", [events + 1])[0])
         limit = int(query["limit"][0])
-        seqs = range(max(1, before - limit), before)
+        seqs = range(max(1, before - limit), min(before, events + 1))
         body = json.dumps([record(seq) for seq in seqs])
         route.fulfill(status=200, content_type="application/json", body=body)
 
@@ -176,4 +203,89 @@ def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
             f"page back {back[0]:.0f} ms; live {live:.2f} ms/record"
         )
         page.screenshot(path=shots_dir(tmp_path / "shots") / "web-scale.png")
+        assert errors == []
+
+
+def every_event() -> list[dict[str, Any]]:
+    """One record of each kind of event (the transient ones with seq 0), in a
+    plausible order, with markup in the model's and agents' text."""
+    events: list[Event] = [
+        SessionCreated(model="openai/m", cwd="/w", name="worker", parent_id="s-00001"),
+        InputPlaced(name="context", origin="file", chars=1200, lines=30, label="notes.txt"),
+        UserInput(
+            text="from the parent: <script>alert(1)</script>", source="parent", sender="s-00001"
+        ),
+        TurnStarted(turn=3),
+        TextDelta(text="Let me "),
+        TextDelta(text="check."),
+        AssistantReply(text="Let me check.", step=1),
+        ModelUsage(
+            model="openai/m", input_tokens=1200, output_tokens=40, cost=0.0012, latency=0.8, step=1
+        ),
+        ModelRetry(kind="rate_limit", message="slow down", attempt=1, delay=2.0),
+        CellStarted(cell=5, call_id="c5", code="import os\nprint(os.getcwd())  # where"),
+        CellOutput(cell=5, stream="stdout", text="/w\n"),
+        CellFinished(
+            cell=5,
+            call_id="c5",
+            status="error",
+            output="NameError: <b>x</b>",
+            chars=19,
+            duration=0.2,
+        ),
+        UserInput(text="also look at the tests", source="user", mode="steer"),
+        KernelStatus(state="restarted", detail="after a crash"),
+        Notice(text="harness: memory 'deploy notes' v2: active (h-1234567890)"),
+        Notice(text="the budget is nearly spent", level="warning"),
+        Compacted(
+            summary="Earlier the agent read notes.txt.",
+            through=10,
+            tokens_before=90_000,
+            tokens_after=4_000,
+        ),
+        InboxRead(messages=(ReadMessage(id=1, sender="s-00002", source="child", text="42"),)),
+        UserInput(text="tick: check the queue", source="schedule"),
+        UserInput(text="continue toward the goal", source="goal"),
+        GateChecked(
+            gate="pytest -q", status="failed", turn=3, exit_code=1, output="1 failed", chars=8
+        ),
+        AutonomousEnded(
+            outcome="max_turns", detail="autonomous: 10 turns, gates failing", turns=10
+        ),
+        TurnEnded(turn=3, reason="answered", answer="All <b>done</b>."),
+        StatusChanged(status="idle"),
+    ]
+    records, seq = [], 0
+    for event in events:
+        transient = event.type in TRANSIENT_TYPES
+        seq += 0 if transient else 1
+        records.append(record_to_dict(EventRecord(0 if transient else seq, "s-00000",
+                                                  NOW + seq, event)))  # fmt: skip
+    return records
+
+
+def test_every_kind_of_event_is_drawn_as_text(served: WebServer, tmp_path: Path) -> None:
+    records = every_event()
+    with browser_page() as (page, errors):
+        route_daemon(page, events=0)
+        page.goto(served.url)
+        page.wait_for_function("() => document.querySelectorAll('#tree tbody tr').length > 0")
+        page.evaluate('() => select("s-00000")')
+        page.evaluate("records => liveRecords(records)", records)
+        stored = {r["type"] for r in records if r["seq"]}
+        for kind in stored:
+            assert page.locator(f'#event-list .ev[data-type="{kind}"]').count() >= 1, kind
+        assert page.locator("#event-list .streaming").count() == 0  # the reply replaced it
+        events = page.locator("#event-list")
+        assert events.locator("script, b").count() == 0
+        assert "<script>alert(1)</script>" in events.inner_text()
+        assert page.locator("#event-list .ev.input.steer").count() == 1
+        expect_texts = ["from parent", "90,000 → 4,000 tokens", "schedule tick", "goal continuation",
+                        "gate after turn 3", "autonomous run ended", "cell 5", "model retry 1"]  # fmt: skip
+        text = events.inner_text()
+        for wanted in expect_texts:
+            assert wanted in text, wanted
+        link = page.locator('#event-list a.entry-link[data-entry="h-1234567890"]')
+        assert link.count() == 1
+        page.screenshot(path=shots_dir(tmp_path / "shots") / "web-events.png", full_page=True)
         assert errors == []
