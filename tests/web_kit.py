@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,11 +65,11 @@ class WebServer:
 
 
 @contextlib.contextmanager
-def web_server(env: Mapping[str, str], cwd: Path) -> Iterator[WebServer]:
-    """``recursa web --no-browser`` running (it starts the daemon of ``env``'s
-    home when none runs); stopped with Ctrl-C (SIGINT) at the end."""
+def web_server(env: Mapping[str, str], cwd: Path, args: Sequence[str] = ()) -> Iterator[WebServer]:
+    """``recursa web --no-browser [ARGS]`` running (it starts the daemon of
+    ``env``'s home when none runs); stopped with Ctrl-C (SIGINT) at the end."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "recursa", "web", "--no-browser"],
+        [sys.executable, "-m", "recursa", "web", "--no-browser", *args],
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,

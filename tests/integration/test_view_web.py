@@ -137,15 +137,36 @@ def last_cell(server: WebServer, session: str) -> tuple[str, str]:
 
 
 def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> None:
-    """Goal, schedules, unload, the tree's filter and interrupt, by clicking."""
+    """Goal, schedules, unload, the filters, the keys and interrupt, by clicking."""
     with (
         demo_tree(tmp_path / "home") as demo,
-        web_server(demo.env, tmp_path) as server,
+        web_server(demo.env, tmp_path, ["child"]) as server,
         browser_page() as (page, errors),
     ):
+        assert server.url.endswith("&session=child")
         page.goto(server.url)
+        # `recursa web child` opens on that session.
+        child = page.locator(f'#tree tr[data-id="{demo.child_id}"]')
+        expect(child).to_have_class(re.compile(r"\bselected\b"))
+        expect(page.locator("#session-title")).to_contain_text(demo.child_id)
+        # Keys: up to the root, 2 for the harness pane, 1 back.
+        page.keyboard.press("ArrowUp")
         root = page.locator(f'#tree tr[data-id="{demo.root_id}"]')
-        root.click()
+        expect(root).to_have_class(re.compile(r"\bselected\b"))
+        page.keyboard.press("2")
+        expect(page.locator("#harness-pane")).to_be_visible()
+        page.select_option("#h-status", "proposed")
+        expect(page.locator("#entries tbody tr")).to_have_count(1)
+        expect(page.locator("#entries tbody tr")).to_have_attribute("data-entry", demo.skill_id)
+        page.select_option("#h-status", "")
+        page.select_option("#h-kind", "memory")
+        expect(page.locator("#entries tbody tr")).to_have_count(1)
+        expect(page.locator("#entries tbody tr")).to_have_attribute("data-entry", demo.memory_id)
+        page.keyboard.press("1")
+        expect(page.locator("#session-pane")).to_be_visible()
+        page.keyboard.press("/")
+        expect(page.locator("#filter")).to_be_focused()
+        page.keyboard.press("Escape")
         # A goal for the running root: its prompt waits in the queue, so nothing races.
         page.click("#controls summary")
         page.fill("#goal-objective", "keep the demo tidy")

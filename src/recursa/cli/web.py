@@ -12,15 +12,21 @@ import asyncio
 import contextlib
 import sys
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
 from recursa.cli import app
+from recursa.cli.common import reference
 from recursa.config import load_config
 
 
 @app.command()
 def web(
+    session: Annotated[
+        str | None,
+        typer.Argument(help="Open this session (id, id prefix or name).", callback=reference),
+    ] = None,
     port: Annotated[
         int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (0: a free one).")
     ] = 0,
@@ -28,13 +34,18 @@ def web(
         bool, typer.Option("--no-browser", help="Print the URL only; open no browser.")
     ] = False,
 ) -> None:
-    """The Agents View in a browser: watch, steer and audit the session tree."""
+    """The Agents View in a browser: watch, steer and audit the session tree.
+
+    It serves on 127.0.0.1 only; the URL it prints carries the one token that
+    lets a browser in."""
     from recursa.daemon.client import connect
     from recursa.view.web import serve
 
     config = load_config()
 
     def ready(url: str) -> None:
+        if session is not None:
+            url += f"&session={quote(session, safe='')}"
         print(f"recursa web: {url}", flush=True)
         print("(Ctrl-C stops it; the sessions go on in the daemon)", file=sys.stderr, flush=True)
         if not no_browser:
