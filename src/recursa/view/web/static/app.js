@@ -636,8 +636,10 @@ async function loadEntries() {
   $("#entries tbody").replaceWith(body);
 }
 
+// quiet: a refresh (a harness edit came by on the feed): the pane stays where
+// the person is, the diff they chose stays.
 async function showEntry(ref, quiet) {
-  showTab("harness");
+  if (!quiet) showTab("harness");
   const detail = await act(() => op("harness_show", { entry: ref }));
   if (!detail) return;
   state.entry = detail;
