@@ -18,7 +18,7 @@ import typer
 
 from recursa.cli import app
 from recursa.cli.common import reference
-from recursa.config import load_config
+from recursa.config import environment, load_config
 
 
 @app.command()
@@ -48,14 +48,31 @@ def web(
             url += f"&session={quote(session, safe='')}"
         print(f"recursa web: {url}", flush=True)
         print("(Ctrl-C stops it; the sessions go on in the daemon)", file=sys.stderr, flush=True)
-        if not no_browser:
-            import webbrowser
+        if not no_browser and _graphical():
+            import threading
 
-            with contextlib.suppress(Exception):  # no browser here: the URL is printed
-                webbrowser.open(url)
+            # Off the server's loop: a browser may take its time to start.
+            threading.Thread(target=_open, args=(url,), daemon=True).start()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(lambda: connect(config), port=port, on_ready=ready))
+
+
+def _graphical() -> bool:
+    """Whether a browser can show a page here. Over SSH (no display) Python's
+    webbrowser would run a text browser in this terminal, which cannot run the
+    page and would take the terminal: the printed URL is the way in then."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    env = environment()
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+def _open(url: str) -> None:
+    import webbrowser
+
+    with contextlib.suppress(Exception):  # no browser after all: the URL is printed
+        webbrowser.open(url)
 
 
 __all__ = ["web"]
