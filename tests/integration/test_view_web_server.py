@@ -75,7 +75,7 @@ def test_nothing_without_the_token(web: tuple[WebServer, str]) -> None:
             "kind": "auth",
             "message": "no token: open the URL that recursa web printed",
         }
-        assert anonymous.get("/static/app.js").status_code == 401
+        assert anonymous.get("/static/base.js").status_code == 401
         assert anonymous.post("/api/op/sessions", json={}).status_code == 401
         assert anonymous.get("/?token=not-it").status_code == 403
         # The printed URL: the token goes into a cookie and out of the address bar.
@@ -87,10 +87,10 @@ def test_nothing_without_the_token(web: tuple[WebServer, str]) -> None:
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
         page = anonymous.get("/")  # the cookie now
         assert page.status_code == 200
-        assert '<script src="/static/app.js"' in page.text
+        assert '<script src="/static/base.js"' in page.text
         assert "script-src 'self'" in page.headers["content-security-policy"]
         assert "access-control-allow-origin" not in page.headers
-        script = anonymous.get("/static/app.js")
+        script = anonymous.get("/static/base.js")
         assert script.status_code == 200 and "textContent" in script.text
     with server.client(token="wrong") as wrong:
         assert wrong.post("/api/op/sessions", json={}).status_code == 403

@@ -8,7 +8,8 @@ from html.parser import HTMLParser
 
 from recursa.view.web.server import STATIC
 
-ASSETS = ("index.html", "app.js", "app.css")
+SCRIPTS = ("base.js", "tree.js", "render.js", "session.js", "harness.js", "usage.js", "main.js")
+ASSETS = ("index.html", "app.css", *SCRIPTS)
 
 
 class _Links(HTMLParser):
@@ -43,7 +44,15 @@ def test_the_page_loads_nothing_from_elsewhere() -> None:
         assert not re.search(r"https?://|//cdn|@import|url\(", text), name
 
 
-def test_the_script_never_parses_markup() -> None:
-    script = (STATIC / "app.js").read_text()
+def test_the_page_loads_every_script_in_order() -> None:
+    page = _Links()
+    page.feed((STATIC / "index.html").read_text())
+    scripts = [link.removeprefix("/static/") for link in page.links if link.endswith(".js")]
+    assert scripts == list(SCRIPTS)
+    assert sorted(p.name for p in STATIC.glob("*.js")) == sorted(SCRIPTS)
+
+
+def test_the_scripts_never_parse_markup() -> None:
+    script = "".join((STATIC / name).read_text() for name in SCRIPTS)
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert sink not in script, sink
