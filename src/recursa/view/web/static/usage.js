@@ -13,14 +13,14 @@ async function loadUsage() {
     const share = parentTotal ? weight(n.total) / parentTotal : 1;
     const info = state.sessions.get(n.id);
     body.append(el("tr", { dataset: { id: n.id } },
-      el("td", {}, el("span", { class: "indent", text: level ? "  ".repeat(level - 1) + "└ " : "" }), n.name || "(unnamed)", " ", el("span", { class: "dim mono", text: short(n.id) })),
+      el("td", { title: n.id }, el("span", { class: "indent", text: level ? "  ".repeat(level - 1) + "└ " : "" }), n.name || n.id),
       el("td", { class: "dim", text: info ? info.model : "" }),
       el("td", { class: "num", text: n.own.calls }),
       el("td", { class: "num", text: `${tokens(n.own.input_tokens)} / ${tokens(n.own.output_tokens)}` }),
       el("td", { class: "num", text: cost(n.own) }),
       el("td", { class: "num", text: tokens(n.total.input_tokens + n.total.output_tokens) }),
       el("td", { class: "num", text: cost(n.total) }),
-      el("td", { class: "share" }, level ? shareBar(share) : el("span", { class: "dim", text: "(this subtree)" }))));
+      el("td", { class: "share" }, level ? shareBar(share) : el("span", { class: "dim", title: "the subtree shown", text: "—" }))));
     const total = weight(n.total);
     for (const child of n.children) walk(child, level + 1, total);
   };
