@@ -81,10 +81,13 @@ class Guard:
         return frozenset(f"http://{host}" for host in self.hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
         if scope["type"] != "http":
-            if scope["type"] == "lifespan":
-                await self.app(scope, receive, send)
-            return  # no websockets: nothing here speaks them
+            # No websockets: nothing here speaks them (closed before the handshake: a 403).
+            await send({"type": "websocket.close", "code": 1008})
+            return
         verdict = self.judge(scope)
         if verdict.refusal is not None:
             await _refuse(send, verdict.refusal)
