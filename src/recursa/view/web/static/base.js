@@ -94,6 +94,16 @@ async function act(work, done) {
   }
 }
 
+// Each call of a loader takes a ticket; only the newest ticket's reply is drawn,
+// so a slow reply to an older request never overwrites a newer one.
+function tickets() {
+  let last = 0;
+  return () => {
+    const mine = ++last;
+    return () => mine === last;
+  };
+}
+
 const short = (id) => id || "";  // ids made together share long prefixes: show them whole
 const label = (info) => (info ? info.name || short(info.id) : "?");
 
@@ -128,6 +138,6 @@ const state = {
   selected: null,        // session id
   tab: "session",
   dirty: new Set(),      // session ids to re-read
-  refreshTimer: null,
+  refreshing: false,     // a re-read is due or in flight
   entry: null,           // HarnessDetail shown
 };

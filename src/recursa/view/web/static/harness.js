@@ -7,11 +7,16 @@ function harnessChanged() {
   harnessTimer = setTimeout(() => { loadEntries(); if (state.entry) showEntry(state.entry.entry.id, true); }, REFRESH_MS);
 }
 
+const entriesTicket = tickets();
+const entryTicket = tickets();
+const diffTicket = tickets();
+
 async function loadEntries() {
+  const current = entriesTicket();
   const query = {};
   for (const key of ["kind", "scope", "status"]) { const v = $(`#h-${key}`).value; if (v) query[key] = v; }
   const entries = await act(() => op("harness_list", query));
-  if (!entries) return;
+  if (!entries || !current()) return;
   // Proposals waiting for a person first, then newest first.
   entries.sort((a, b) => (b.status === "proposed") - (a.status === "proposed") || b.created_at - a.created_at);
   const proposals = entries.filter((e) => e.status === "proposed").length;
@@ -36,8 +41,9 @@ async function loadEntries() {
 // the person is, the diff they chose stays.
 async function showEntry(ref, quiet) {
   if (!quiet) showTab("harness");
+  const current = entryTicket();
   const detail = await act(() => op("harness_show", { entry: ref }));
-  if (!detail) return;
+  if (!detail || !current()) return;
   state.entry = detail;
   const e = detail.entry;
   $("#entry").hidden = false;
@@ -98,8 +104,9 @@ async function decide(name) {
 async function showDiff() {
   const e = state.entry.entry;
   const from = Number($("#diff-from").value), to = Number($("#diff-to").value);
+  const current = diffTicket();
   const reply = await act(() => op("harness_diff", { entry: e.id, from_version: from, to_version: to }));
-  if (!reply) return;
+  if (!reply || !current()) return;
   $("#diff tbody").replaceWith(sideBySide(reply.diff, from, to));
 }
 

@@ -86,27 +86,33 @@ async function loadSessions() {
   renderTree();
 }
 
+// One refresh at a time: ids that change while one is in flight wait for the
+// next, so an older reply never lands after a newer one.
 function markDirty(id) {
   state.dirty.add(id);
-  if (state.refreshTimer) return;
-  state.refreshTimer = setTimeout(refreshDirty, REFRESH_MS);
+  if (state.refreshing) return;
+  state.refreshing = true;
+  setTimeout(refreshDirty, REFRESH_MS);
 }
 
 async function refreshDirty() {
-  state.refreshTimer = null;
   const ids = [...state.dirty];
   state.dirty.clear();
-  if (!ids.length) return;
   try {
     const infos = await op("sessions", { ids: ids.join(",") });
     for (const info of infos) state.sessions.set(info.id, info);
+    renderTree();
+    if (state.selected && ids.includes(state.selected)) renderSessionTitle();
+    if ($("#follow").checked) followRunning();
   } catch (err) {
     notice(err.message);
-    return;
+  } finally {
+    state.refreshing = false;
+    if (state.dirty.size) {
+      state.refreshing = true;
+      setTimeout(refreshDirty, REFRESH_MS);
+    }
   }
-  renderTree();
-  if (state.selected && ids.includes(state.selected)) renderSessionTitle();
-  if ($("#follow").checked) followRunning();
 }
 
 function followRunning() {

@@ -1,11 +1,14 @@
 // recursa web: the usage pane: a subtree's tokens and cost, each child's share, per model.
 "use strict";
 
+const usageTicket = tickets();
+
 async function loadUsage() {
   const id = state.selected;
   if (!id) return;
+  const current = usageTicket();
   const node = await act(() => op("usage", { session: id }));
-  if (!node || id !== state.selected) return;
+  if (!node || !current() || id !== state.selected) return;
   $("#usage-title").textContent = `usage of ${label(state.sessions.get(id))}'s subtree: ${tokens(node.total.input_tokens + node.total.output_tokens)} tokens, ${cost(node.total)}`;
   const body = el("tbody");
   const weight = (u) => u.cost || u.input_tokens + u.output_tokens;
