@@ -14,7 +14,8 @@ import pytest
 
 from recursa.daemon.client import DaemonClient
 from recursa.errors import StoreError, UsageError
-from recursa.protocol.events import EventRecord, TurnEnded, UserInput
+from recursa.protocol.events import CellStarted, EventRecord, TurnEnded, UserInput
+from recursa.protocol.person_ops import HARNESS_SHOW, EntryRef
 from recursa.protocol.wire import SendMessage
 from recursa.testing.demo_tree import Demo, demo_tree
 
@@ -102,3 +103,17 @@ async def test_unload_takes_an_idle_session_and_refuses_a_running_one(demo: Demo
         assert unloaded.status == "inactive"
         assert (await client.session(demo.root_id)).status == "running"
     assert demo.release_root() == "ok"  # the refusal interrupted nothing
+
+
+async def test_a_models_edit_is_traced_to_its_turns_input_and_the_cell_that_made_it(
+    demo: Demo,
+) -> None:
+    async with DaemonClient(demo.home) as client:
+        detail = await client.call(HARNESS_SHOW, EntryRef(demo.skill_id))
+        records = {r.seq: r.event async for r in client.events(demo.grandchild_id)}
+    [v1] = detail.history
+    assert v1.session_id == demo.grandchild_id
+    triggers = [records[seq] for seq in v1.source_events]
+    assert [type(e) for e in triggers] == [UserInput, CellStarted]
+    assert isinstance(triggers[0], UserInput) and "DEMO-GRANDCHILD" in triggers[0].text
+    assert isinstance(triggers[1], CellStarted) and "harness.create" in triggers[1].code

@@ -96,9 +96,16 @@ class KernelApi:
     # --------------------------------------------- the harness, from a kernel
 
     async def stage_edit(self, caller: str, edit: HarnessEdit) -> HarnessReceipt:
-        # The evidence of a model's edit: the caller's latest event when it asked
-        # (the cell that made it has started by then).
-        last = self.store.last_seq(caller)
+        # The evidence of a model's edit: the input its turn answers and the
+        # cell that made it (started by then), else its latest event.
+        evidence = tuple(
+            seq
+            for seq in (
+                self.store.last_seq(caller, type="user_input"),
+                self.store.last_seq(caller, type="cell_started"),
+            )
+            if seq
+        ) or tuple(seq for seq in (self.store.last_seq(caller),) if seq)
         staged = Edit(
             op=edit.op,
             entry_id=edit.entry or "",
@@ -112,7 +119,7 @@ class KernelApi:
             provenance=Provenance(
                 reason=reason_text(edit.reason),
                 effect=reason_text(edit.effect),
-                source_events=(last,) if last else (),
+                source_events=evidence,
             ),
             actor="model",
         )

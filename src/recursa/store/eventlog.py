@@ -233,18 +233,23 @@ class EventLog(StoreConnection):
             )
         return None if row is None or row[0] is None else float(row[0])
 
-    def last_seq(self, session_id: str | None = None) -> int:
-        """The highest seq stored (in that session, or anywhere); 0 when there is none."""
+    def last_seq(self, session_id: str | None = None, *, type: str | None = None) -> int:
+        """The highest seq stored (in that session, or anywhere; of that event
+        type, or any); 0 when there is none."""
+        where, params = [], []
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        if type is not None:
+            where.append("type = ?")
+            params.append(type)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        # Newest first and the first match: the (session_id, seq) index is walked
+        # back from the end and stops there, however long the log.
+        sql = f"SELECT seq FROM events{clause} ORDER BY seq DESC LIMIT 1"
         with translated(self._where):
-            if session_id is None:
-                row = self._db().execute("SELECT max(seq) FROM events").fetchone()
-            else:
-                row = (
-                    self._db()
-                    .execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,))
-                    .fetchone()
-                )
-        return int(row[0] or 0)
+            row = self._db().execute(sql, params).fetchone()
+        return 0 if row is None else int(row[0])
 
     # -- cell outputs --------------------------------------------------------
 
