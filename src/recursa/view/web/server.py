@@ -64,7 +64,7 @@ from recursa.errors import (
 )
 from recursa.protocol.events import record_to_dict
 from recursa.protocol.operations import Operation, encode, operations
-from recursa.protocol.person_ops import SESSION, SESSIONS, SessionRef, SessionsQuery
+from recursa.protocol.person_ops import SESSION, SessionRef
 from recursa.protocol.wire import from_json
 from recursa.view.web.access import Guard
 from recursa.view.web.sse import sse
@@ -73,8 +73,6 @@ STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_PAGE = 200
 MAX_PAGE = 2000
-TAIL_PROBES = 3
-"""Sessions (the most recently active) whose last record gives the feed's "now"."""
 REFUSED_OPS = frozenset({"shutdown"})
 
 ClientFactory = Callable[[], contextlib.AbstractAsyncContextManager[DaemonClient]]
@@ -234,17 +232,10 @@ class WebView:
         return JSONResponse(records)
 
     async def _now(self) -> int:
-        """The seq of the newest stored record, or close below it: the last
-        record of the few most recently active sessions. Too low only replays
-        a few records to the page (which re-reads the sessions they name);
-        never too high, since it is a seq that exists."""
-        infos = await self.client.call(SESSIONS, SessionsQuery())
-        newest = sorted(infos, key=lambda info: info.last_activity, reverse=True)[:TAIL_PROBES]
-        seq = 0
-        for info in newest:
-            async for record in self.client.events(info.id, limit=1, follow=False):
-                seq = max(seq, record.seq)
-        return seq
+        """The seq of the newest stored record: the page reads the sessions
+        after it asks for this, so nothing between is lost (a record in
+        between is at worst shown again)."""
+        return (await self.client.status()).last_seq
 
     def routes(self) -> list[Route | Mount]:
         return [

@@ -62,6 +62,9 @@ async function start() {
   wire();
   const status = await act(() => op("status", {}));
   if (status) $("#daemon").textContent = ` · daemon pid ${status.pid} · v${status.version}`;
+  // The feed starts at the newest record as of before the sessions are read,
+  // so a change in between comes through it.
+  if (status && Number.isInteger(status.last_seq)) setFeedCursor(status.last_seq);
   await act(loadSessions);
   openFeed();
   setInterval(tickClocks, 1000);

@@ -138,9 +138,10 @@ function jump(text) {
 // tries again every few seconds, from the last record it saw, and re-reads the
 // whole tree once it is back (what changed meanwhile).
 const FEED_RETRY_MS = 5000;
-let feedSeq = 0;
+let feedSeq = null;  // null: from now (the server's newest seq)
+function setFeedCursor(seq) { feedSeq = seq; }
 function openFeed(recovering) {
-  const source = new EventSource(feedSeq ? `/api/feed?after=${feedSeq}` : "/api/feed");
+  const source = new EventSource(feedSeq !== null ? `/api/feed?after=${feedSeq}` : "/api/feed");
   const badge = (text, cls) => { $("#live").textContent = text; $("#live").className = `badge ${cls}`; };
   source.onopen = () => {
     badge("live", "good");
