@@ -50,7 +50,8 @@ def _register() -> None:
     import recursa.cli.models
     import recursa.cli.run
     import recursa.cli.sessions
-    import recursa.cli.view  # noqa: F401
+    import recursa.cli.view
+    import recursa.cli.web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

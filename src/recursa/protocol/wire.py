@@ -197,6 +197,8 @@ class DaemonStatus:
     running: int
     recovering: bool
     recovery_seconds: float | None = None
+    last_seq: int = 0
+    """The newest stored event's seq: "now" for a watcher about to follow the feed."""
 
 
 @dataclass(frozen=True, slots=True)

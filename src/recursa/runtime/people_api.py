@@ -114,6 +114,7 @@ class PeopleApi:
             running=sum(1 for s in self.runtime.sessions if s.running),
             recovering=self._life.recovering,
             recovery_seconds=self._life.recovery_seconds,
+            last_seq=self.store.last_seq(),
         )
 
     async def sessions(self, request: SessionsQuery) -> list[SessionInfo]:

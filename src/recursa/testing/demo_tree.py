@@ -48,7 +48,8 @@ from recursa.testing.fake_server import FakeModelServer
 
 T = TypeVar("T")
 
-MODEL = "openai/demo"
+MODEL = "openai/gpt-4o-mini"
+"""A known model, so the books show costs (the fake server answers whatever the name)."""
 ROOT_TASK = "DEMO-ROOT: coordinate the demo; delegate to a child and wait for the release."
 CHILD_TASK = "DEMO-CHILD: delegate the detail work to a grandchild."
 GRANDCHILD_TASK = "DEMO-GRANDCHILD: compute 6*7 and record what you learned."

@@ -1,0 +1,11 @@
+"""``recursa web``: the Agents View in a browser, served on loopback with a token.
+
+See :mod:`recursa.view.web.server` for the routes and
+:mod:`recursa.view.web.access` for who may use them.
+"""
+
+from __future__ import annotations
+
+from recursa.view.web.server import create_app, proxied_ops, serve
+
+__all__ = ["create_app", "proxied_ops", "serve"]
