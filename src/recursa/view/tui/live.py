@@ -7,10 +7,9 @@ marks the session of each record dirty, and :meth:`Live.refresh` fetches the
 dirty ones in one ``sessions(ids=...)`` call; the app calls it a few times a
 second at most, so a burst of events costs one request.
 
-Where the feed starts: just before the newest stored event the daemon had
-when the sessions were first read (the newest event of the most recently
-active session), so at most a few old records are seen again; seeing one
-again only marks its session dirty.
+Where the feed starts: at the newest stored seq the daemon reports
+(``status().last_seq``), read *before* the sessions, so nothing stored between
+the two reads is missed; a record seen again only marks its session dirty.
 """
 
 from __future__ import annotations
@@ -52,12 +51,8 @@ class Live:
 
     async def load(self) -> None:
         """Read every session once and place the feed's cursor (see the module docstring)."""
+        self.cursor = (await self.client.status()).last_seq
         infos = await self.client.call(SESSIONS, SessionsQuery())
-        if infos:
-            newest = max(infos, key=lambda info: info.last_activity)
-            async with closing(self.client.events(newest.id, limit=1)) as tail:
-                async for record in tail:
-                    self.cursor = max(self.cursor, record.seq - 1)
         self.sessions = {info.id: info for info in infos}
         self.rows = build_rows(self.sessions.values())
         self.shape_changed = True
