@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from textual.pilot import Pilot
@@ -31,6 +31,7 @@ from recursa.protocol.person_ops import (
     GOAL,
     HARNESS_SHOW,
     SCHEDULES,
+    SESSIONS,
     EntryRef,
     ScheduleFor,
     ScheduleQuery,
@@ -84,8 +85,10 @@ def plain(svg: str) -> str:
 async def test_find_read_message_approve_revert_while_the_root_runs(demo: Demo) -> None:
     async with DaemonClient(demo.home) as client:
         app = ViewApp(client)
+        reads = spy_sessions_calls(client)
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: len(app.live.sessions) == 3)
+            calls_before = app.live.sessions[demo.grandchild_id].usage.calls
             tree_svg = plain(shot(app, "tui-tree"))
             assert "grandchild" in tree_svg and "running" in tree_svg
 
@@ -124,6 +127,12 @@ async def test_find_read_message_approve_revert_while_the_root_runs(demo: Demo) 
             await pilot.press("end")
             await pilot.pause()
             assert "pong: ping" in plain(shot(app, "tui-session-pong"))
+            # the tree learnt of the new turn from the feed: only dirty sessions reread
+            grandchild = lambda: app.live.sessions[demo.grandchild_id]  # noqa: E731
+            await until(pilot, lambda: grandchild().usage.calls > calls_before)
+            await until(pilot, lambda: grandchild().status == "idle")
+            assert reads[0] is None and len(reads) > 1
+            assert all(ids is not None and len(ids.split(",")) <= 3 for ids in reads[1:])
 
             # 3. the proposal, its trigger events, its diff against nothing, approve
             await pilot.press("escape", "3")
@@ -257,6 +266,20 @@ async def test_goal_schedules_unload_and_a_daemon_that_dies(
             await asyncio.to_thread(kill_everything, demo.home)
             await until(pilot, lambda: "daemon: not running" in status_line(app))
             assert "Traceback" not in plain(shot(app, "tui-daemon-gone"))
+
+
+def spy_sessions_calls(client: DaemonClient) -> list[str | None]:
+    """The ``ids`` of every ``sessions`` call the client makes from now on."""
+    seen: list[str | None] = []
+    real = client.call
+
+    async def call(op: Any, request: Any) -> Any:
+        if op is SESSIONS:
+            seen.append(request.ids)
+        return await real(op, request)
+
+    client.call = call  # type: ignore[method-assign]
+    return seen
 
 
 def status_line(app: ViewApp) -> str:

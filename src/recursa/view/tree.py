@@ -156,25 +156,10 @@ def find_row(rows: Sequence[TreeRow], query: str) -> TreeRow | None:
     return None
 
 
-def descendants(rows: Sequence[TreeRow], session_id: str) -> list[TreeRow]:
-    """The rows under ``session_id`` (not it), in tree order: the contiguous run
-    after it with a greater depth."""
-    for index, row in enumerate(rows):
-        if row.id == session_id:
-            run = []
-            for after in rows[index + 1 :]:
-                if after.depth <= row.depth:
-                    break
-                run.append(after)
-            return run
-    return []
-
-
 __all__ = [
     "TreeRow",
     "add_usage",
     "build_rows",
-    "descendants",
     "filter_rows",
     "find_row",
     "short_id",

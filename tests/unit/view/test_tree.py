@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from recursa.protocol.wire import SessionInfo, Usage
-from recursa.view.tree import build_rows, descendants, filter_rows, find_row, tokens
+from recursa.view.tree import build_rows, filter_rows, find_row, tokens
 
 
 def info(
@@ -94,9 +94,3 @@ def test_find_by_id_prefix_or_name() -> None:
     assert find_row(rows, "c") is None  # c1…, c2…: ambiguous
     assert find_row(rows, "zzz") is None
     assert find_row(rows, "  ") is None
-
-
-def test_descendants_are_the_run_below_a_row() -> None:
-    rows = build_rows(TREE)
-    assert [r.label for r in descendants(rows, "r1aaaa")] == ["child", "grandchild", "second"]
-    assert descendants(rows, "g1aaaa") == []
