@@ -81,7 +81,11 @@ class Live:
         if not self.dirty:
             return set()
         ids, self.dirty = sorted(self.dirty), set()
-        infos = await self.client.call(SESSIONS, SessionsQuery(ids=",".join(ids)))
+        try:
+            infos = await self.client.call(SESSIONS, SessionsQuery(ids=",".join(ids)))
+        except BaseException:
+            self.dirty.update(ids)  # still to be read, next time
+            raise
         changed: set[str] = set()
         for info in infos:
             if info.id not in self.sessions:
