@@ -24,6 +24,10 @@ from recursa.protocol.wire import SessionInfo
 from recursa.view.tree import TreeRow, build_rows
 
 
+WHOLE_LIST = 200
+"""More dirty sessions than this are refreshed by reading the whole list."""
+
+
 @contextlib.asynccontextmanager
 async def closing(stream: AsyncIterator[EventRecord]) -> AsyncIterator[AsyncIterator[EventRecord]]:
     """``stream`` (a client's event stream), closed when the block ends, so its
@@ -81,8 +85,10 @@ class Live:
         if not self.dirty:
             return set()
         ids, self.dirty = sorted(self.dirty), set()
+        # Past a few hundred, the whole list is the shorter request (and URL).
+        query = SessionsQuery(None if len(ids) > WHOLE_LIST else ",".join(ids))
         try:
-            infos = await self.client.call(SESSIONS, SessionsQuery(ids=",".join(ids)))
+            infos = await self.client.call(SESSIONS, query)
         except BaseException:
             self.dirty.update(ids)  # still to be read, next time
             raise
