@@ -23,7 +23,6 @@ from recursa.protocol.person_ops import SESSIONS, SessionsQuery
 from recursa.protocol.wire import SessionInfo
 from recursa.view.tree import TreeRow, build_rows
 
-
 WHOLE_LIST = 200
 """More dirty sessions than this are refreshed by reading the whole list."""
 
