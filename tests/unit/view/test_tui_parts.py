@@ -110,7 +110,8 @@ def test_usage_shares_and_per_model_sums() -> None:
 
 def test_figures_fit_their_columns() -> None:
     assert (count(950), count(12_345), count(4_500_000)) == ("950", "12.3k", "4.5M")
-    assert money_short(Usage(cost=0.0042)) == "$.004"
+    assert money_short(Usage(cost=0.00042)) == "$.0004"
+    assert money_short(Usage(cost=0.042)) == "$.042"
     assert money_short(Usage(cost=12.5, unknown_cost_calls=1)) == "$12.50?"
     assert (ago(100.0, 105.0), ago(0, 5), ago(100.0, 100.0 + 7300)) == ("5s", "-", "2h")
 

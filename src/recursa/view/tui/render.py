@@ -39,18 +39,24 @@ def count(n: int) -> str:
 
 
 def money(usage: Usage) -> str:
-    """The cost in USD; ``?`` when some calls had no known price."""
+    """The cost in USD (four decimals under a cent); ``+?`` when some calls had no known price."""
     unknown = "+?" if usage.unknown_cost_calls else ""
-    return f"${usage.cost:.3f}{unknown}"
+    digits = 4 if usage.cost < 0.01 else 2
+    return f"${usage.cost:.{digits}f}{unknown}"
 
 
 def money_short(usage: Usage, *, mark: bool = True) -> str:
-    """The cost in at most 6 characters: $.004, $1.23, $123; ``?`` (with ``mark``)
-    when some calls had no known price."""
+    """The cost in at most 6 characters: $.0042, $.042, $1.23, $123; ``?`` (with
+    ``mark``) when some calls had no known price."""
     unknown = "?" if usage.unknown_cost_calls and mark else ""
-    if usage.cost < 1:
-        return f"${usage.cost:.3f}".replace("$0.", "$.") + unknown
-    return (f"${usage.cost:.2f}" if usage.cost < 100 else f"${usage.cost:.0f}") + unknown
+    cost = usage.cost
+    if cost < 0.01:
+        text = f"${cost:.4f}"
+    elif cost < 1:
+        text = f"${cost:.3f}"
+    else:
+        text = f"${cost:.2f}" if cost < 100 else f"${cost:.0f}"
+    return text.replace("$0.", "$.") + unknown
 
 
 def ago(then: float | None, now: float | None = None) -> str:

@@ -32,10 +32,10 @@ COLUMNS = (
     ("model", "model", 6),
     ("d", "depth", 2),
     ("tokens", "tokens", 10),
-    ("cost", "cost", 13),
+    ("cost", "cost", 15),
     ("in", "pending", 3),
-    ("last", "last", 5),
-    ("cell", "cell", 5),
+    ("ago", "last", 4),
+    ("run", "cell", 4),
 )
 """Label, key and width; each cell is cut to one less and ends in a space (the
 table pads nothing, so that every column fits in 80)."""
