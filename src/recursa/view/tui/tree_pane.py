@@ -162,7 +162,8 @@ class TreePane(Vertical):
         statuses = "/".join(sorted(STATUS_CYCLE[self.status_index])) or "all"
         needle = f" · name ~ {self.needle!r}" if self.needle else ""
         head = (
-            f"{len(self.shown)} shown · status (t): {statuses}{needle} · tokens, cost: own/subtree"
+            f"{len(self.shown)} shown · status (t): {statuses}{needle} · tokens, cost: own/tree"
+            " · in: unread · ago: last active · run: cell running for"
         )
         self.query_one("#tree-head", Static).update(Text(head, style="dim"))
 
