@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from textual.command import CommandList, CommandPalette
+from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
@@ -214,9 +216,9 @@ async def test_goal_schedules_unload_and_a_daemon_that_dies(
 
             # the command palette jumps to a session by name (or id)
             await pilot.press("ctrl+p")
-            await pilot.pause(0.3)
+            await until(pilot, lambda: isinstance(app.screen, CommandPalette))
             await pilot.press(*"grandchild")
-            await pilot.pause(0.5)
+            await until(pilot, lambda: palette_offers(app, "grandchild"))
             await pilot.press("enter")
             await until(pilot, lambda: app.pane.session_id == demo.grandchild_id)
             assert app.tabs.active == "session"
@@ -284,6 +286,16 @@ def spy_sessions_calls(client: DaemonClient) -> list[str | None]:
 
 def status_line(app: ViewApp) -> str:
     return str(app.query_one("#status", Static).render())
+
+
+def palette_offers(app: ViewApp, text: str) -> bool:
+    """Whether the open command palette's highlighted hit names ``text``."""
+    try:
+        hits = app.screen.query_one(CommandList)
+    except NoMatches:
+        return False
+    index = hits.highlighted
+    return index is not None and text in str(hits.get_option_at_index(index).prompt)
 
 
 async def until_async(

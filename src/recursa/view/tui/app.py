@@ -1,8 +1,10 @@
 """The Agents View app: tabs for the tree, a session, the harness and usage.
 
 Data flow: :class:`~recursa.view.tui.live.Live` follows the daemon's global
-feed and marks sessions dirty; a timer (:data:`REFRESH`) fetches the dirty
-ones in one call and the tree redraws only their rows. The session pane
+feed and marks sessions dirty; soon after a record arrives (:data:`COALESCE`,
+so a burst is one call), and on a timer (:data:`REFRESH`) for what a failed
+call left, the dirty ones are fetched in one call and the tree redraws only
+their rows. The session pane
 follows its own session's events; the harness pane rereads entries when a
 harness notice arrives and it is shown. Every call that fails (a daemon that
 died, a refused action) becomes one line (a notification and the status bar),
@@ -39,7 +41,10 @@ from recursa.view.tui.tree_pane import STATUS_CYCLE, TreePane
 from recursa.view.tui.usage_pane import UsagePane
 
 REFRESH = 0.25
-"""Seconds between fetches of dirty sessions: at most 4 a second."""
+"""Seconds between fetches of sessions left dirty (a failed fetch is retried so)."""
+COALESCE = 0.05
+"""Seconds from a feed record to the fetch of its session: the records of a burst
+share one fetch, and an update reaches the tree within about this much."""
 RETRY = 3.0
 """Seconds between attempts to reach a daemon that went away."""
 PROBE = 2.0
@@ -101,6 +106,7 @@ class ViewApp(App[None]):
         self.start = start
         self.attached: str | None = None
         self._refreshing = False
+        self._nudged = False
         self._harness_stale = True
         self.daemon_lost = False
         """The last probe found no daemon (the status line says so)."""
@@ -163,7 +169,7 @@ class ViewApp(App[None]):
                     self._open_start()
                 first = False
                 async for _ in self.live.follow():
-                    pass
+                    self._nudge()
             except RecursaError as exc:
                 self.status(f"daemon: {exc} (retrying)")
             await asyncio.sleep(RETRY)
@@ -188,6 +194,18 @@ class ViewApp(App[None]):
             self.notify(f"no single session is named {self.start!r}", severity="warning")
             return
         self.open_session(row.id)
+
+    def _nudge(self) -> None:
+        """Fetch the dirty sessions :data:`COALESCE` seconds from now (once)."""
+        if not self._nudged:
+            self._nudged = True
+            self.set_timer(COALESCE, self._nudged_refresh)
+
+    async def _nudged_refresh(self) -> None:
+        self._nudged = False
+        await self._refresh()
+        if self.live.dirty and not self.daemon_lost:
+            self._nudge()  # records that came during the fetch
 
     async def _refresh(self) -> None:
         if self._refreshing:

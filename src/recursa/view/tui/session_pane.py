@@ -102,6 +102,11 @@ class SessionPane(Vertical):
     def log_view(self) -> VerticalScroll:
         return self.query_one("#log", VerticalScroll)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the open session's stored tail has been read and shown."""
+        return self._loaded
+
     def open(self, session_id: str, *, title: str, seq: int = 0) -> None:
         """Show ``session_id`` (from its tail, or back to ``seq``, which is marked)."""
         self._head(title)
