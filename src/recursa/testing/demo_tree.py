@@ -48,8 +48,10 @@ from recursa.testing.fake_server import FakeModelServer
 
 T = TypeVar("T")
 
-MODEL = "openai/gpt-4o-mini"
-"""A known model, so the books show costs (the fake server answers whatever the name)."""
+MODEL = "openai/demo"
+PRICES = '[prices."openai/demo"]\ninput = 0.15\noutput = 0.60\n'
+"""USD per million tokens, in the home's config.toml: a model behind a base URL of
+its own has no built-in price, and the books should show costs."""
 ROOT_TASK = "DEMO-ROOT: coordinate the demo; delegate to a child and wait for the release."
 CHILD_TASK = "DEMO-CHILD: delegate the detail work to a grandchild."
 GRANDCHILD_TASK = "DEMO-GRANDCHILD: compute 6*7 and record what you learned."
@@ -164,6 +166,10 @@ def demo_tree(
     """Start the fake model, a daemon for ``home`` and the tree; stop them all after."""
     workspace = workspace if workspace is not None else home.parent / "demo-workspace"
     workspace.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "config.toml"
+    if not config.exists():
+        config.write_text(PRICES)
     with FakeModelServer.in_thread(responder=DemoModel()) as server:
         env = {
             **os.environ,
