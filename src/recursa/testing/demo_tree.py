@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -262,12 +263,16 @@ def main(argv: list[str]) -> int:
         print("usage: python -m recursa.testing.demo_tree HOME WORKSPACE", file=sys.stderr)
         return 2
     home, workspace = Path(argv[0]).resolve(), Path(argv[1]).resolve()
+    ended = threading.Event()
+    # Ctrl-C, or a TERM (a shell's background job ignores SIGINT), ends the demo.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: ended.set())
     with demo_tree(home, workspace) as demo:
         print(f"RECURSA_HOME={home}")
         print(f"root {demo.root_id}  child {demo.child_id}  grandchild {demo.grandchild_id}")
         print(f"skill {demo.skill_id}  memory {demo.memory_id}  (Ctrl-C ends the demo)")
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait()
+        while not ended.wait(1.0):
+            pass
     return 0
 
 
