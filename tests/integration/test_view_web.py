@@ -237,6 +237,7 @@ def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(
         attach.click()
         expect(attach).to_have_text("Detach")
         expect(badge).to_have_text("attached to grandchild · detach")
+        expect(grandchild).to_have_class(re.compile(r"\battached\b"))
 
         # The root shown: the message box still writes to the grandchild, and says so.
         root.click()
@@ -265,6 +266,7 @@ def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(
         page.click("#detach")
         expect(badge).to_be_hidden()
         expect(attach).to_have_text("Attach")
+        expect(grandchild).not_to_have_class(re.compile(r"\battached\b"))
         root.click()
         expect(page.locator("#session-title")).to_contain_text(demo.root_id)
         expect(message).to_have_attribute("placeholder", re.compile(r"^message the session shown"))
@@ -277,5 +279,11 @@ def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(
         expect(page.locator("#notice")).to_contain_text("to demo-root")
         assert server.op("session", {"session": demo.root_id})["pending"] == before + 1
         assert server.op("session", {"session": demo.grandchild_id})["pending"] == 0
+        # The key a attaches to the session shown, and on it again detaches.
+        page.keyboard.press("a")
+        expect(badge).to_have_text("attached to demo-root · detach")
+        expect(attach).to_have_text("Detach")
+        page.keyboard.press("a")
+        expect(badge).to_be_hidden()
         assert demo.release_root() == "ok"
         assert errors == []

@@ -189,11 +189,13 @@ function targetName(id) {
 function toggleAttach() {
   if (!state.selected) return;
   state.attached = state.attached === state.selected ? null : state.selected;
+  renderTree();
   renderAttach();
 }
 
 function detach() {
   state.attached = null;
+  renderTree();
   renderAttach();
 }
 
