@@ -214,3 +214,76 @@ def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> 
         expect(outcome).to_be_visible()
         page.screenshot(path=shots / "web-interrupted.png")
         assert errors == []
+
+
+def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(
+    tmp_path: Path, shots: Path
+) -> None:
+    """Attach to the grandchild, read the root, message the grandchild; detach."""
+    with (
+        demo_tree(tmp_path / "home") as demo,
+        web_server(demo.env, tmp_path) as server,
+        browser_page() as (page, errors),
+    ):
+        page.goto(server.url)
+        root = page.locator(f'#tree tr[data-id="{demo.root_id}"]')
+        grandchild = page.locator(f'#tree tr[data-id="{demo.grandchild_id}"]')
+        attach, badge = page.locator("#act-attach"), page.locator("#attached")
+        message, send = page.locator("#message"), page.locator("#send")
+        expect(badge).to_be_hidden()
+        grandchild.click()
+        expect(page.locator("#session-title")).to_contain_text(demo.grandchild_id)
+        expect(attach).to_have_text("Attach")
+        attach.click()
+        expect(attach).to_have_text("Detach")
+        expect(badge).to_have_text("attached to grandchild · detach")
+        expect(grandchild).to_have_class(re.compile(r"\battached\b"))
+
+        # The root shown: the message box still writes to the grandchild, and says so.
+        root.click()
+        expect(page.locator("#session-title")).to_contain_text(demo.root_id)
+        expect(root).to_have_class(re.compile(r"\bselected\b"))
+        expect(attach).to_have_text("Attach")
+        expect(badge).to_be_visible()
+        expect(message).to_have_attribute(
+            "placeholder", re.compile(r"^message attached grandchild")
+        )
+        expect(send).to_have_text("Send to grandchild")
+        message.fill("ping attached")
+        send.click()
+        expect(page.locator("#notice")).to_contain_text("to grandchild")
+        page.screenshot(path=shots / "web-attached.png")
+
+        # The grandchild answers it; the root never got it.
+        grandchild.click()
+        answer = page.locator("#event-list .ev.ended .answer", has_text="pong: ping attached")
+        expect(answer).to_be_visible(timeout=60_000)
+        expect(
+            page.locator("#event-list .ev.src-user .text", has_text="ping attached")
+        ).to_be_visible()
+
+        # Detach from the header: the message box writes to the session shown again.
+        page.click("#detach")
+        expect(badge).to_be_hidden()
+        expect(attach).to_have_text("Attach")
+        expect(grandchild).not_to_have_class(re.compile(r"\battached\b"))
+        root.click()
+        expect(page.locator("#session-title")).to_contain_text(demo.root_id)
+        expect(message).to_have_attribute("placeholder", re.compile(r"^message the session shown"))
+        expect(send).to_have_text("Send")
+        assert page.locator("#event-list .ev.src-user", has_text="ping attached").count() == 0
+        before = server.op("session", {"session": demo.root_id})["pending"]
+        page.select_option("#mode", "follow_up")  # the root's cell runs: it waits in its inbox
+        message.fill("for the root")
+        send.click()
+        expect(page.locator("#notice")).to_contain_text("to demo-root")
+        assert server.op("session", {"session": demo.root_id})["pending"] == before + 1
+        assert server.op("session", {"session": demo.grandchild_id})["pending"] == 0
+        # The key a attaches to the session shown, and on it again detaches.
+        page.keyboard.press("a")
+        expect(badge).to_have_text("attached to demo-root · detach")
+        expect(attach).to_have_text("Detach")
+        page.keyboard.press("a")
+        expect(badge).to_be_hidden()
+        assert demo.release_root() == "ok"
+        assert errors == []

@@ -136,6 +136,7 @@ const now = () => Date.now() / 1000;
 const state = {
   sessions: new Map(),   // id -> SessionInfo
   selected: null,        // session id
+  attached: null,        // session id the message box writes to, whatever is shown
   tab: "session",
   dirty: new Set(),      // session ids to re-read
   refreshing: false,     // a re-read is due or in flight

@@ -36,6 +36,8 @@ function wire() {
   $("#act-interrupt").addEventListener("click", () => sessionAction("interrupt", "interrupted"));
   $("#act-stop").addEventListener("click", () => sessionAction("stop", "stopped"));
   $("#act-unload").addEventListener("click", () => sessionAction("unload", "unloaded"));
+  $("#act-attach").addEventListener("click", toggleAttach);
+  $("#detach").addEventListener("click", detach);
   $("#goal-form").addEventListener("submit", (e) => { e.preventDefault(); setGoal(); });
   for (const button of document.querySelectorAll("[data-goal]")) button.addEventListener("click", () => goalAction(button.dataset.goal));
   $("#controls").addEventListener("toggle", () => { if ($("#controls").open) loadControls(); });
@@ -53,7 +55,7 @@ function wire() {
       moveSelection(e.key === "ArrowDown" || e.key === "j" ? 1 : -1);
       return;
     }
-    const keys = { "/": () => $("#filter").focus(), g: () => $("#jump").focus(), 1: () => showTab("session"), 2: () => showTab("harness"), 3: () => showTab("usage") };
+    const keys = { "/": () => $("#filter").focus(), g: () => $("#jump").focus(), 1: () => showTab("session"), 2: () => showTab("harness"), 3: () => showTab("usage"), a: toggleAttach };
     if (keys[e.key]) { e.preventDefault(); keys[e.key](); }
   });
 }

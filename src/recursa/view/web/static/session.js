@@ -37,6 +37,7 @@ function renderSessionTitle() {
   $("#act-interrupt").disabled = info.status !== "running";
   $("#act-unload").disabled = info.status !== "idle";
   $("#act-stop").disabled = info.status === "inactive" || info.status === "deleted";
+  renderAttach();
 }
 
 async function openSession(id) {
@@ -162,10 +163,55 @@ async function jumpToSeq(sessionId, seq) {
 
 async function sendMessage() {
   const text = $("#message").value;
-  if (!text.trim() || !state.selected) return;
+  const session = messageTarget();
+  if (!text.trim() || !session) return;
   const mode = $("#mode").value;
-  const receipt = await act(() => op("send", { session: state.selected, text, mode }));
-  if (receipt) { $("#message").value = ""; notice(`message ${receipt.message_id} ${receipt.status} (${mode})`, "info"); }
+  const receipt = await act(() => op("send", { session, text, mode }));
+  if (receipt) {
+    $("#message").value = "";
+    notice(`message ${receipt.message_id} to ${targetName(session)} ${receipt.status} (${mode})`, "info");
+  }
+}
+
+// -- attach: the message box writes to one session, whatever session is shown ------------------
+
+// The session a message goes to: the attached one while attached, else the one shown.
+function messageTarget() {
+  return state.attached || state.selected;
+}
+
+function targetName(id) {
+  const info = state.sessions.get(id);
+  return info ? label(info) : id;
+}
+
+// Attaches the message box to the session shown; on the attached session itself, detaches.
+function toggleAttach() {
+  if (!state.selected) return;
+  state.attached = state.attached === state.selected ? null : state.selected;
+  renderTree();
+  renderAttach();
+}
+
+function detach() {
+  state.attached = null;
+  renderTree();
+  renderAttach();
+}
+
+// The header badge, the Attach/Detach button and the message box say where a message goes.
+function renderAttach() {
+  const name = state.attached ? targetName(state.attached) : "";
+  $("#attached").hidden = !state.attached;
+  $("#attached-name").textContent = name;
+  $("#act-attach").textContent = state.attached && state.attached === state.selected ? "Detach" : "Attach";
+  const form = $("#send-form");
+  form.classList.toggle("attached", Boolean(state.attached));
+  if (state.attached) form.hidden = false;
+  $("#message").placeholder = state.attached
+    ? `message attached ${name} (Ctrl+Enter sends)`
+    : "message the session shown (Ctrl+Enter sends)";
+  $("#send").textContent = state.attached ? `Send to ${name}` : "Send";
 }
 
 async function sessionAction(name, done) {

@@ -52,7 +52,7 @@ function renderTree() {
     const own = info.usage.input_tokens + info.usage.output_tokens;
     const all = total.input_tokens + total.output_tokens;
     const tr = el("tr", {
-      class: `status-${info.status}${info.id === state.selected ? " selected" : ""}`,
+      class: `status-${info.status}${info.id === state.selected ? " selected" : ""}${info.id === state.attached ? " attached" : ""}`,
       dataset: { id: info.id },
       onclick: () => select(info.id),
     },
