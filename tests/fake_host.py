@@ -40,7 +40,7 @@ from recursa.protocol.events import (
     UserInput,
 )
 from recursa.protocol.operations import Ack
-from recursa.protocol.person_ops import EventsQuery, SendTo, SessionRef
+from recursa.protocol.person_ops import EventsQuery, SendTo, SessionRef, SessionsQuery
 from recursa.protocol.wire import (
     CommandKey,
     CreateSession,
@@ -85,8 +85,9 @@ class FakeHost(unserved("person")):  # type: ignore[misc]
         result: SessionInfo = self._once("create", command, lambda: self._create(request))
         return result
 
-    async def sessions(self) -> list[SessionInfo]:
-        return list(self.infos.values())
+    async def sessions(self, request: SessionsQuery) -> list[SessionInfo]:
+        wanted = request.wanted
+        return [info for info in self.infos.values() if wanted is None or info.id in wanted]
 
     async def session(self, request: SessionRef) -> SessionInfo:
         return self._resolve(request.session)

@@ -6,7 +6,9 @@ when a connection drops: the bytes are real, only the cut is staged.
   starts to answer, so the server did the work and the client never saw the
   reply.
 - :attr:`SocketProxy.cut_after`: the next reply containing this marker is
-  forwarded up to the chunk that holds it, and the connection closed.
+  forwarded up to the end of the line that holds it (of the chunk, when the
+  marker spans two), and the connection closed: whatever the server wrote
+  after that line is lost, however the socket happened to batch it.
 
 Each is used once and reset to None.
 """
@@ -85,9 +87,13 @@ class SocketProxy:
                 self.broken += 1
                 return  # the server answered; the client never hears it
             seen = (seen + data)[-_TAIL:]
+            cut = self.cut_after is not None and self.cut_after in seen
+            if cut and self.cut_after is not None and (at := data.find(self.cut_after)) >= 0:
+                end = data.find(b"\n", at)
+                data = data if end < 0 else data[: end + 1]
             writer.write(data)
             await writer.drain()
-            if self.cut_after is not None and self.cut_after in seen:
+            if cut:
                 self.cut_after = None
                 self.broken += 1
                 return

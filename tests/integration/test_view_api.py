@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from recursa.daemon.client import DaemonClient
+from recursa.daemon.paths import DaemonPaths
 from recursa.errors import StoreError, UsageError
 from recursa.protocol.events import CellStarted, EventRecord, TurnEnded, UserInput
 from recursa.protocol.person_ops import HARNESS_SHOW, EntryRef
 from recursa.protocol.wire import SendMessage
 from recursa.testing.demo_tree import Demo, demo_tree
+from socket_proxy import SocketProxy
 
 
 @pytest.fixture
@@ -117,3 +119,22 @@ async def test_a_models_edit_is_traced_to_its_turns_input_and_the_cell_that_made
     assert [type(e) for e in triggers] == [UserInput, CellStarted]
     assert isinstance(triggers[0], UserInput) and "DEMO-GRANDCHILD" in triggers[0].text
     assert isinstance(triggers[1], CellStarted) and "harness.create" in triggers[1].code
+
+
+async def test_a_page_cut_short_resumes_with_the_rest_of_it_and_no_more(
+    demo: Demo, tmp_path: Path
+) -> None:
+    async with DaemonClient(demo.home) as client:
+        whole = [r.seq async for r in client.events(demo.grandchild_id)]
+    before = whole[-1]
+    socket = DaemonPaths.for_home(demo.home).socket
+    async with (
+        SocketProxy(tmp_path / "proxy.sock", socket) as proxy,
+        DaemonClient(demo.home, socket=proxy.listen) as client,
+    ):
+        proxy.cut_after = b"DEMO-GRANDCHILD: compute"  # the task: early in the page
+        page = [
+            r.seq async for r in client.events(demo.grandchild_id, limit=len(whole), before=before)
+        ]
+        assert proxy.broken == 1 and proxy.connections == 2
+    assert page == whole[:-1]  # below `before`, each once, though the first reply was cut

@@ -569,3 +569,26 @@ def test_a_committed_append_survives_kill_9(db_path: Path) -> None:
         records = store.events(sid)
     assert [r.seq for r in records] == [int(seq)]
     assert records[0].event == CellFinished(cell=1, call_id="c", status="ok", output="42", chars=2)
+
+
+def test_the_feed_and_the_tail_read_past_undecodable_rows(store: Store, db_path: Path) -> None:
+    sid, other = _new(store).id, _new(store).id
+    first = store.append(sid, UserInput(text="before"))
+    conn = _raw(db_path)
+    try:
+        for _ in range(3):
+            conn.execute(
+                "INSERT INTO events (session_id, ts, type, data) VALUES (?, 0, 'x', 'not json')",
+                (sid,),
+            )
+    finally:
+        conn.close()
+    last = store.append(other, UserInput(text="after"))
+    # A page of rows none of which decodes still moves the reader on.
+    assert store.feed(after=first.seq, limit=2) == ([], first.seq + 2)
+    assert store.feed(after=first.seq + 2, limit=10) == ([last], last.seq)
+    assert store.feed(after=last.seq) == ([], last.seq)
+    assert store.tail(sid, limit=10) == [first]
+    assert store.tail(other, limit=1, before=last.seq) == []
+    assert store.last_seq(sid, type="user_input") == first.seq
+    assert store.last_seq() == last.seq

@@ -240,37 +240,49 @@ class DaemonClient:
         also sends the streamed pieces of the reply or cell in progress (a
         reconnection does not: they were seen). See the module docstring for
         reconnection."""
-        first: dict[str, str] = {}
-        if in_progress and follow:
-            first["in_progress"] = "1"
-        if limit is not None:
-            first["limit"] = str(limit)
-        if before is not None:
-            first["before"] = str(before)
         path = EVENTS.url(EventsQuery(ref))[0]
-        async for record in self._stream(path, f"the event stream of {ref}", after, follow, first):
+        stream = self._stream(
+            path, f"the event stream of {ref}", after, follow,
+            in_progress=in_progress and follow, limit=limit, before=before,
+        )  # fmt: skip
+        async for record in stream:
             yield record
 
     async def feed(self, *, after: int = 0, follow: bool = False) -> AsyncIterator[EventRecord]:
         """Every session's stored records with ``seq > after``, in seq order;
         with ``follow``, then each new one, reconnecting like :meth:`events`."""
         path = FEED.url(FeedQuery())[0]
-        async for record in self._stream(path, "the event feed", after, follow, {}):
+        async for record in self._stream(path, "the event feed", after, follow):
             yield record
 
     async def _stream(
-        self, path: str, what: str, after: int, follow: bool, first: dict[str, str]
+        self,
+        path: str,
+        what: str,
+        after: int,
+        follow: bool,
+        *,
+        in_progress: bool = False,
+        limit: int | None = None,
+        before: int | None = None,
     ) -> AsyncIterator[EventRecord]:
-        """An NDJSON stream of records from ``path``; ``first``: parameters of the
-        first connection only (a reconnection resumes from the last seq)."""
+        """An NDJSON stream of records from ``path``. A reconnection resumes after
+        the last seq yielded and keeps ``before``; it drops ``limit`` once a
+        record came (the last N below ``before`` that are newer than the cursor
+        are all the rest of them), and ``in_progress`` (those pieces were seen)."""
         cursor = after
+        yielded = 0
         connected_once = False
         deadline: float | None = None
         delay = BACKOFF_FIRST
         while True:
             params = {"after": str(cursor), "follow": "1" if follow else "0"}
-            if not connected_once:
-                params.update(first)
+            if in_progress and not connected_once:
+                params["in_progress"] = "1"
+            if before is not None:
+                params["before"] = str(before)
+            if limit is not None and not yielded:
+                params["limit"] = str(limit)
             try:
                 async with self._transport.http().stream(
                     "GET", API_PREFIX + path, params=params, timeout=self._stream_timeout
@@ -287,6 +299,7 @@ class DaemonClient:
                             continue  # already yielded before a reconnect
                         if record.seq:
                             cursor = record.seq
+                            yielded += 1
                         deadline, delay = None, BACKOFF_FIRST
                         yield record
                 if not follow:

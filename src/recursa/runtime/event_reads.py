@@ -54,7 +54,7 @@ class EventReads:
                     session_id, limit=request.limit, after=request.after, before=request.before
                 )
             else:
-                stored = self.store.events(session_id, after=request.after)
+                stored = self.store.events(session_id, after=request.after, before=request.before)
             for record in stored:
                 yield record
                 last = record.seq
@@ -85,11 +85,12 @@ class EventReads:
             last = after
             while True:
                 appended.clear()  # before reading: an append during the read wakes us
-                page = self.store.feed(after=last, limit=FEED_PAGE)
+                page, read_to = self.store.feed(after=last, limit=FEED_PAGE)
                 for record in page:
                     yield record
-                    last = max(last, record.seq)
-                if len(page) == FEED_PAGE or (page and page[-1].seq < self.store.last_seq()):
+                more = read_to > last  # rows were read (some may not decode): look again
+                last = read_to
+                if more:
                     continue
                 if not follow:
                     return

@@ -255,14 +255,18 @@ class PeopleApi:
         return info
 
     async def unload(self, request: SessionRef, command: CommandKey | None) -> SessionInfo:
-        """Unload an idle session; one that is running is refused (nothing interrupted)."""
+        """Unload an idle session; one that is running is refused (nothing
+        interrupted, nothing recorded, so the same command may be sent again)."""
         row = self.store.session(request.session)
-        target = self.runtime.find(row.id)
-        if target is not None and target.running:  # refused before it is recorded
-            raise StoreError(f"session {row.id} is running: interrupt or stop it first")
+        seen_before = command and self.store.commands.get(command.client_id, command.command_id)
+        if not seen_before:  # a command already done answers as it did, running or not
+            target = self.runtime.find(row.id)
+            if target is not None and target.running:
+                raise StoreError(f"session {row.id} is running: interrupt or stop it first")
         seen = self._replayed(command, "unload")
         if seen is not None:
             return from_json(SessionInfo, seen)
+        target = self.runtime.find(row.id)
         if target is not None and target.loaded:
             await target.unload()
         info = self._info(self.store.session(row.id))

@@ -363,7 +363,8 @@ class Session:
         if self.running:
             raise RuntimeError(f"session {self.id} is running; interrupt it first")
         await self._slot.unload()
-        self._set_status("inactive")
+        if not self.running:  # an input may have started a turn during the snapshot
+            self._set_status("inactive")
 
     async def close(self, *, snapshot: bool = False) -> None:
         """Stop any running turn and let go of the kernel: with ``snapshot``,

@@ -125,8 +125,10 @@ class EventLog(StoreConnection):
         after: int = 0,
         limit: int | None = None,
         types: Collection[str] | None = None,
+        before: int | None = None,
     ) -> list[EventRecord]:
-        """A session's events with ``seq > after``, in seq order, at most ``limit`` of them.
+        """A session's events with ``seq > after`` (and ``< before`` when given), in
+        seq order, at most ``limit`` of them.
 
         ``types`` keeps only those event types (names from the grammar; an
         unknown name is a ``ValueError``). Undecodable rows are skipped (see the
@@ -145,6 +147,9 @@ class EventLog(StoreConnection):
                 return []
             clause = f" AND type IN ({', '.join('?' * len(wanted))})"
             params.extend(wanted)
+        if before is not None:
+            clause += " AND seq < ?"
+            params.append(before)
         sql = (
             "SELECT seq, ts, data FROM events WHERE session_id = ? AND seq > ?"
             f"{clause} ORDER BY seq LIMIT ?"
@@ -167,9 +172,10 @@ class EventLog(StoreConnection):
             cursor_seq = rows[-1][0]
         return records
 
-    def feed(self, *, after: int = 0, limit: int = 1000) -> list[EventRecord]:
+    def feed(self, *, after: int = 0, limit: int = 1000) -> tuple[list[EventRecord], int]:
         """Every session's events with ``seq > after``, in seq order, from at most
-        ``limit`` rows (fewer records when some cannot be decoded)."""
+        ``limit`` rows, and the last seq read (``after`` when none): a reader goes
+        on from there, past rows that cannot be decoded (fewer records than rows)."""
         with translated(self._where):
             rows = (
                 self._db()
@@ -180,11 +186,12 @@ class EventLog(StoreConnection):
                 )
                 .fetchall()
             )
-        return [
+        records = [
             EventRecord(seq, session_id, ts, event)
             for seq, session_id, ts, data in rows
             if (event := self._decode(seq, data)) is not None
         ]
+        return records, rows[-1][0] if rows else after
 
     def tail(
         self, session_id: str, *, limit: int, after: int = 0, before: int | None = None

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from rich.console import Console
+from textual.widgets import Static
 
+from recursa.daemon.client import DaemonClient
 from recursa.protocol.events import CellFinished, CellStarted, EventRecord, UserInput
 from recursa.protocol.wire import HarnessEntry, SessionInfo, Usage, UsageNode
 from recursa.view.blocks import Blocks
 from recursa.view.tree import build_rows
+from recursa.view.tui.app import ViewApp
 from recursa.view.tui.diff import diff_table, side_by_side
 from recursa.view.tui.render import ago, block_renderable, count, money_short
 from recursa.view.tui.tree_pane import COLUMNS, row_cells
@@ -138,3 +142,19 @@ def test_recursa_view_is_a_command() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Watch, steer and audit" in done.stdout
+
+
+async def test_status_lines_and_notifications_quote_text_never_parse_it(tmp_path: Path) -> None:
+    """An error may quote a model's or a daemon's text: ``[/bold]`` in it is not a
+    closing tag (which would end the app with a MarkupError), and ``[link=...]``
+    is not a link."""
+    async with DaemonClient(tmp_path / "no-daemon-here") as client:
+        app = ViewApp(client)
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.status(f"daemon: {HOSTILE} [/bold] ended")
+            app.notify(f"{HOSTILE} [/x] is v2, active (approve)")
+            app.screen.notify("[/y] from a widget")
+            await pilot.pause()
+            shown = str(app.query_one("#status", Static).render())
+            assert "[/bold] ended" in shown and "[bold red]not markup[/]" in shown
+            assert [n.markup for n in app._notifications] == [False, False]

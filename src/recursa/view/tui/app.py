@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from recursa.daemon.client import DaemonClient
@@ -145,7 +147,21 @@ class ViewApp(App[None]):
         return self.query_one("#tabs", TabbedContent)
 
     def status(self, line: str) -> None:
-        self.query_one("#status", Static).update(line)
+        # As text: the line may quote a daemon's error or a model's words.
+        self.query_one("#status", Static).update(Text(line))
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification is plain text, whoever asks (widgets pass
+        ``markup=True``): they quote errors, titles and names that a model chose."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def current(self) -> str | None:
         """The session actions act on (see the module docstring)."""

@@ -219,13 +219,16 @@ class SessionPane(Vertical):
     @work(exclusive=True, group="session-earlier")
     async def action_earlier(self) -> None:
         """Read one page before the oldest event held and redraw with it."""
-        if self.session_id is None or not self.records:
+        session_id = self.session_id
+        if session_id is None or not self.records:
             return
         try:
-            earlier = await self._read(self.session_id, self.records[0].seq, PAGE)
+            earlier = await self._read(session_id, self.records[0].seq, PAGE)
         except RecursaError as exc:
             self.app.notify(str(exc), severity="error")
             return
+        if self.session_id != session_id:
+            return  # another session was opened while the page was read
         if not earlier:
             self.app.notify("this is the start of the session")
             return
