@@ -105,6 +105,8 @@ async function refreshDirty() {
     if (state.selected && ids.includes(state.selected)) renderSessionTitle();
     if ($("#follow").checked) followRunning();
   } catch (err) {
+    // Not read: they are still to be read, with whatever came meanwhile.
+    for (const id of ids) state.dirty.add(id);
     notice(err.message);
   } finally {
     state.refreshing = false;
