@@ -66,7 +66,7 @@ async function openSession(id) {
 // The session's live stream, after the newest record shown; after a failure
 // (the daemon went away) it is tried again while the session stays selected.
 function followSession(id) {
-  const source = new EventSource(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`);
+  const source = new EventSource(withToken(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`));
   view.source = source;
   source.onmessage = (e) => { if (view.id === id) queueLive(id, JSON.parse(e.data)); };
   source.addEventListener("failure", (e) => {
