@@ -234,7 +234,9 @@ def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> 
             "open the URL that recursa web printed"
         )
         expect(stranger.locator("#tree tbody tr")).to_have_count(0)
+        expect(stranger.locator("#live")).to_have_text("no token")
         assert stranger.context.cookies() == []
+        stranger.screenshot(path=shots / "web-no-token.png")
 
 
 def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(

@@ -63,6 +63,8 @@ function wire() {
 async function start() {
   if (!TOKEN) {
     $("#no-token").hidden = false;
+    $("#live").textContent = "no token";
+    $("#live").className = "badge bad";
     return;
   }
   wire();
