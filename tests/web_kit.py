@@ -33,7 +33,7 @@ def shots_dir(default: Path) -> Path:
 
 @dataclass(frozen=True)
 class WebServer:
-    url: str  # what the command printed: http://127.0.0.1:PORT/?token=TOKEN
+    url: str  # what the command printed: http://127.0.0.1:PORT/#token=TOKEN[&session=S]
     process: subprocess.Popen[str]
 
     @property
@@ -49,7 +49,7 @@ class WebServer:
 
     @property
     def token(self) -> str:
-        return parse_qs(urlsplit(self.url).query)["token"][0]
+        return parse_qs(urlsplit(self.url).fragment)["token"][0]
 
     def client(self, *, token: str | None = None) -> httpx2.Client:
         """A client of the API with the token (``token`` overrides it) in a header."""
@@ -65,11 +65,15 @@ class WebServer:
 
 
 @contextlib.contextmanager
-def web_server(env: Mapping[str, str], cwd: Path, args: Sequence[str] = ()) -> Iterator[WebServer]:
+def web_server(
+    env: Mapping[str, str], cwd: Path, args: Sequence[str] = (), *, browser: bool = False
+) -> Iterator[WebServer]:
     """``recursa web --no-browser [ARGS]`` running (it starts the daemon of
-    ``env``'s home when none runs); stopped with Ctrl-C (SIGINT) at the end."""
+    ``env``'s home when none runs); stopped with Ctrl-C (SIGINT) at the end.
+    ``browser``: without ``--no-browser`` (``env`` names the browser)."""
+    flags = [] if browser else ["--no-browser"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "recursa", "web", "--no-browser", *args],
+        [sys.executable, "-m", "recursa", "web", *flags, *args],
         env=dict(env),
         cwd=cwd,
         stdout=subprocess.PIPE,

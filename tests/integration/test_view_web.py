@@ -149,6 +149,15 @@ def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> 
         child = page.locator(f'#tree tr[data-id="{demo.child_id}"]')
         expect(child).to_have_class(re.compile(r"\bselected\b"))
         expect(page.locator("#session-title")).to_contain_text(demo.child_id)
+        # The token left the address bar at once; the page keeps it for its own
+        # origin (port) only; no cookie was set.
+        assert page.url == f"{server.base}/"
+        assert page.evaluate("sessionStorage.getItem('recursa-web-token')") == server.token
+        assert page.context.cookies() == []
+        page.reload()  # the same tab goes on without the fragment
+        expect(child).to_be_visible()
+        child.click()
+        expect(child).to_have_class(re.compile(r"\bselected\b"))
         # Keys: up to the root, 2 for the harness pane, 1 back.
         page.keyboard.press("ArrowUp")
         root = page.locator(f'#tree tr[data-id="{demo.root_id}"]')
@@ -214,6 +223,20 @@ def test_the_session_actions_work_from_the_page(tmp_path: Path, shots: Path) -> 
         expect(outcome).to_be_visible()
         page.screenshot(path=shots / "web-interrupted.png")
         assert errors == []
+
+        # A page opened without the token (a fresh profile) says in one line how to get in.
+        browser = page.context.browser
+        assert browser is not None
+        stranger = browser.new_page()
+        stranger.goto(f"{server.base}/")
+        expect(stranger.locator("#no-token")).to_be_visible()
+        expect(stranger.locator("#no-token")).to_contain_text(
+            "open the URL that recursa web printed"
+        )
+        expect(stranger.locator("#tree tbody tr")).to_have_count(0)
+        expect(stranger.locator("#live")).to_have_text("no token")
+        assert stranger.context.cookies() == []
+        stranger.screenshot(path=shots / "web-no-token.png")
 
 
 def test_attached_the_message_box_writes_to_one_session_whatever_is_shown(

@@ -7,11 +7,15 @@ resume from Last-Event-ID, and pages of a session's history)."""
 
 from __future__ import annotations
 
+import html
 import json
 import socket
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import httpx2
 import pytest
@@ -66,34 +70,67 @@ def sse_records(server: WebServer, path: str, count: int, **headers: str) -> lis
     return records
 
 
-def test_nothing_without_the_token(web: tuple[WebServer, str]) -> None:
+def test_the_url_carries_the_token_in_its_fragment(web: tuple[WebServer, str]) -> None:
+    server, _ = web
+    parts = urlsplit(server.url)
+    assert (parts.scheme, parts.hostname, parts.path, parts.query) == ("http", "127.0.0.1", "/", "")
+    assert parts.fragment == f"token={server.token}"
+    assert len(server.token) >= 40
+
+
+def test_the_page_is_public_and_the_api_needs_the_token(web: tuple[WebServer, str]) -> None:
     server, _ = web
     with httpx2.Client(base_url=server.base, timeout=30) as anonymous:
-        refused = anonymous.get("/")
+        # The page and its assets: package files, no data, no token needed.
+        page = anonymous.get("/")
+        assert page.status_code == 200
+        assert '<script src="/static/base.js"' in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["referrer-policy"] == "no-referrer"
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "access-control-allow-origin" not in page.headers
+        script = anonymous.get("/static/base.js")
+        assert script.status_code == 200 and "textContent" in script.text
+        # The API: nothing without the token.
+        refused = anonymous.post("/api/op/sessions", json={})
         assert refused.status_code == 401
         assert refused.json() == {
             "kind": "auth",
             "message": "no token: open the URL that recursa web printed",
         }
-        assert anonymous.get("/static/base.js").status_code == 401
-        assert anonymous.post("/api/op/sessions", json={}).status_code == 401
-        assert anonymous.get("/?token=not-it").status_code == 403
-        # The printed URL: the token goes into a cookie and out of the address bar.
-        first = anonymous.get(server.url)
-        assert first.status_code == 303
-        assert first.headers["location"] == "/"
-        cookie = first.headers["set-cookie"]
-        assert f"recursa_web_{server.port}={server.token}" in cookie
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        page = anonymous.get("/")  # the cookie now
-        assert page.status_code == 200
-        assert '<script src="/static/base.js"' in page.text
-        assert "script-src 'self'" in page.headers["content-security-policy"]
-        assert "access-control-allow-origin" not in page.headers
-        script = anonymous.get("/static/base.js")
-        assert script.status_code == 200 and "textContent" in script.text
+        assert anonymous.get("/api/feed").status_code == 401
+        assert anonymous.get("/api/feed?token=not-it").status_code == 403
+        # The stream's way in: the token in the query (EventSource sets no header).
+        with anonymous.stream("GET", f"/api/feed?token={server.token}") as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
     with server.client(token="wrong") as wrong:
         assert wrong.post("/api/op/sessions", json={}).status_code == 403
+
+
+def test_no_cookie_is_ever_set_and_one_grants_nothing(web: tuple[WebServer, str]) -> None:
+    server, session = web
+    cookie = {"cookie": f"recursa_web_{server.port}={server.token}; token={server.token}"}
+    with httpx2.Client(base_url=server.base, timeout=30) as anonymous:
+        replies = [
+            anonymous.get("/"),
+            anonymous.get("/static/app.css"),
+            anonymous.get(f"/?token={server.token}"),
+            anonymous.post("/api/op/sessions", json={}),
+            anonymous.post("/api/op/sessions", json={}, headers=cookie),
+            anonymous.get("/api/feed", headers=cookie),
+        ]
+    with server.client() as http:
+        replies += [
+            http.post("/api/op/sessions", json={}),
+            http.get(f"/api/events/{session}/page?limit=5"),
+            http.get("/missing"),
+        ]
+    for reply in replies:
+        assert "set-cookie" not in reply.headers, reply.request.url
+    # The cookie alone: refused as if nothing were offered.
+    assert [r.status_code for r in replies[3:6]] == [401, 401, 401]
+    assert replies[6].status_code == 200
 
 
 def test_another_host_or_origin_is_refused(web: tuple[WebServer, str]) -> None:
@@ -101,13 +138,15 @@ def test_another_host_or_origin_is_refused(web: tuple[WebServer, str]) -> None:
     with server.client() as http:
         rebound = http.get("/", headers={"host": f"evil.example:{server.port}"})
         assert rebound.status_code == 421
-        # A page elsewhere that has the cookie cannot change anything.
-        cookie = {"cookie": f"recursa_web_{server.port}={server.token}", "authorization": ""}
-        forged = http.post(
-            "/api/op/sessions", json={}, headers={**cookie, "origin": "http://evil.example"}
-        )
+        # A page elsewhere, even one that has the token, cannot change anything.
+        forged = http.post("/api/op/sessions", json={}, headers={"origin": "http://evil.example"})
         assert forged.status_code == 403
-        own = http.post("/api/op/sessions", json={}, headers={**cookie, "origin": server.base})
+        other_port = f"http://127.0.0.1:{server.port + 1}"
+        assert (
+            http.post("/api/op/sessions", json={}, headers={"origin": other_port}).status_code
+            == 403
+        )
+        own = http.post("/api/op/sessions", json={}, headers={"origin": server.base})
         assert own.status_code == 200
 
 
@@ -209,3 +248,36 @@ def test_a_port_in_use_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         line = fails(["web", "--no-browser", "--port", str(port)], env, tmp_path, 2)
     assert line.startswith(f"recursa: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_the_browser_is_opened_on_a_private_file_not_on_the_token(tmp_path: Path) -> None:
+    """A browser's arguments are readable by every local user (/proc): it gets
+    a file:// launcher, readable by this user only and gone when the server stops."""
+    home = tmp_path / "home"
+    seen = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > "{seen}.part" && mv "{seen}.part" "{seen}"\n'
+    )
+    browser.chmod(0o755)
+    with FakeModelServer.in_thread() as fake:
+        env = {**daemon_env(home, fake), "DISPLAY": ":99", "BROWSER": str(browser)}
+        try:
+            with web_server(env, tmp_path, browser=True) as server:
+                deadline = time.monotonic() + 30
+                while not seen.exists():
+                    assert time.monotonic() < deadline, "no browser was started"
+                    time.sleep(0.05)
+                args = seen.read_text().split()
+                assert len(args) == 1 and args[0].startswith("file:///"), args
+                assert server.token not in args[0]
+                launcher = Path(unquote(urlsplit(args[0]).path))
+                assert launcher.parent == home / "web"
+                assert stat.S_IMODE(launcher.parent.stat().st_mode) == 0o700
+                assert stat.S_IMODE(launcher.stat().st_mode) == 0o600
+                text = html.unescape(launcher.read_text())
+                assert f'content="0;url={server.url}"' in text
+                assert f'location.replace("{server.url}")' in text
+            assert not launcher.exists()
+        finally:
+            kill_everything(home)

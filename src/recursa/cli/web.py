@@ -1,8 +1,10 @@
 """``recursa web``: the Agents View in a browser (:mod:`recursa.view.web`).
 
 It serves the page on 127.0.0.1 only, prints the URL with its random token
-(the only way in), opens a browser on it unless told not to, and serves
-until Ctrl-C. It starts the daemon when none runs, as every command that
+in the fragment (``http://127.0.0.1:PORT/#token=TOKEN``: the only way in),
+opens a browser on it unless told not to (through a private launcher file,
+:mod:`recursa.view.web.launch`: never with the token on a command line), and
+serves until Ctrl-C. It starts the daemon when none runs, as every command that
 needs sessions does.
 """
 
@@ -39,23 +41,29 @@ def web(
     It serves on 127.0.0.1 only; the URL it prints carries the one token that
     lets a browser in."""
     from recursa.daemon.client import connect
-    from recursa.view.web import serve
+    from recursa.view.web import launcher, serve, write_launcher
 
     config = load_config()
 
-    def ready(url: str) -> None:
-        if session is not None:
-            url += f"&session={quote(session, safe='')}"
-        print(f"recursa web: {url}", flush=True)
-        print("(Ctrl-C stops it; the sessions go on in the daemon)", file=sys.stderr, flush=True)
-        if not no_browser and _graphical():
-            import threading
+    with launcher(config.home) as made:
 
-            # Off the server's loop: a browser may take its time to start.
-            threading.Thread(target=_open, args=(url,), daemon=True).start()
+        def ready(url: str) -> None:
+            if session is not None:
+                url += f"&session={quote(session, safe='')}"
+            print(f"recursa web: {url}", flush=True)
+            print(
+                "(Ctrl-C stops it; the sessions go on in the daemon)", file=sys.stderr, flush=True
+            )
+            if not no_browser and _graphical():
+                import threading
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(lambda: connect(config), port=port, on_ready=ready))
+                page = write_launcher(config.home, url)
+                made.append(page)
+                # Off the server's loop: a browser may take its time to start.
+                threading.Thread(target=_open, args=(page.as_uri(),), daemon=True).start()
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(lambda: connect(config), port=port, on_ready=ready))
 
 
 def _graphical() -> bool:
@@ -69,6 +77,7 @@ def _graphical() -> bool:
 
 
 def _open(url: str) -> None:
+    """Start a browser on ``url``: a ``file://`` launcher page, never the token URL."""
     import webbrowser
 
     with contextlib.suppress(Exception):  # no browser after all: the URL is printed

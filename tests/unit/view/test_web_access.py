@@ -4,6 +4,7 @@ tests/integration/test_view_web_server.py; here every rule and its edge."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -41,12 +42,12 @@ def scope(
     }
 
 
-def test_the_token_in_a_header_or_the_cookie_lets_a_request_through() -> None:
+def test_the_token_in_a_header_or_the_query_lets_an_api_request_through() -> None:
     g = guard()
     assert g.judge(scope(authorization=f"token {TOKEN}")) == Verdict(by_header=True)
     assert g.judge(scope(authorization=f"Bearer {TOKEN}")) == Verdict(by_header=True)
-    assert g.judge(scope(cookie=f"other=1; recursa_web_{PORT}={TOKEN}")) == Verdict()
-    assert g.judge(scope(query=f"token={TOKEN}")) == Verdict()
+    # An EventSource cannot set headers: the stream's URL carries the token.
+    assert g.judge(scope(query=f"after=3&token={TOKEN}")) == Verdict()
 
 
 def test_no_token_is_401_and_a_wrong_one_403() -> None:
@@ -54,9 +55,32 @@ def test_no_token_is_401_and_a_wrong_one_403() -> None:
     assert g.judge(scope()).refusal == "missing"
     assert g.judge(scope(authorization="token nope")).refusal == "wrong"
     assert g.judge(scope(query="token=nope")).refusal == "wrong"
-    # The cookie of another recursa web (another port) is not this one's.
-    assert g.judge(scope(cookie=f"recursa_web_9999={TOKEN}")).refusal == "missing"
-    assert g.judge(scope(cookie='bad"cookie')).refusal == "missing"
+    assert g.judge(scope("POST", "/api/op/send", origin=f"http://127.0.0.1:{PORT}")).refusal == (
+        "missing"
+    )
+
+
+def test_a_cookie_grants_nothing() -> None:
+    # No cookie is read: one for 127.0.0.1 reaches every port of it.
+    g = guard()
+    for name in (f"recursa_web_{PORT}", "token", "recursa_web"):
+        assert g.judge(scope(cookie=f"{name}={TOKEN}")).refusal == "missing"
+        own = f"http://127.0.0.1:{PORT}"
+        post = scope("POST", "/api/op/send", cookie=f"{name}={TOKEN}", origin=own)
+        assert g.judge(post).refusal == "missing"
+
+
+def test_the_page_and_its_assets_need_no_token_but_the_right_host() -> None:
+    g = guard()
+    for path in ("/", "/static/base.js", "/static/app.css"):
+        assert g.judge(scope(path=path)) == Verdict(public=True)
+        assert g.judge(scope("HEAD", path)) == Verdict(public=True)
+        assert g.judge(scope(path=path, host=f"evil.example:{PORT}")).refusal == "host"
+    # Only reading them: a change to them, or any other path, needs the token.
+    assert g.judge(scope("POST", "/")).refusal == "missing"
+    assert g.judge(scope(path="/api/op/status")).refusal == "missing"
+    assert g.judge(scope(path="/index.html")).refusal == "missing"
+    assert g.judge(scope(path="/staticx")).refusal == "missing"
 
 
 @pytest.mark.parametrize(
@@ -75,40 +99,34 @@ def test_localhost_is_as_good_as_the_address() -> None:
 
 def test_a_change_must_come_from_this_origin() -> None:
     g = guard()
-    cookie = f"recursa_web_{PORT}={TOKEN}"
     own = f"http://127.0.0.1:{PORT}"
-    assert g.judge(scope("POST", "/api/op/send", cookie=cookie, origin=own)).refusal is None
+    header = f"token {TOKEN}"
+    assert g.judge(scope("POST", "/api/op/send", authorization=header, origin=own)).refusal is None
     assert (
         g.judge(
-            scope("POST", "/api/op/send", cookie=cookie, origin=f"http://localhost:{PORT}")
+            scope("POST", "/api/op/send", authorization=header, origin=f"http://localhost:{PORT}")
         ).refusal
         is None
     )
-    # Another site's page that the browser sends the cookie with.
-    assert (
-        g.judge(scope("POST", "/api/op/send", cookie=cookie, origin="http://evil.example")).refusal
-        == "origin"
-    )
-    assert g.judge(scope("POST", "/api/op/send", cookie=cookie, origin="null")).refusal == "origin"
+    # Another site's page, even one that somehow has the token.
+    for origin in ("http://evil.example", f"http://127.0.0.1:{PORT + 1}", "null"):
+        post = scope("POST", "/api/op/send", authorization=header, origin=origin)
+        assert g.judge(post).refusal == "origin", origin
     assert (
         g.judge(
-            scope("POST", "/api/op/send", cookie=cookie, origin=own, sec_fetch_site="cross-site")
+            scope(
+                "POST",
+                "/api/op/send",
+                authorization=header,
+                origin=own,
+                sec_fetch_site="cross-site",
+            )
         ).refusal
         == "origin"
     )
     # No origin at all: only with the token in a header (a script, not a page).
-    assert g.judge(scope("POST", "/api/op/send", cookie=cookie)).refusal == "origin"
-    assert g.judge(scope("POST", "/api/op/send", authorization=f"token {TOKEN}")).refusal is None
-
-
-def test_a_first_load_with_the_token_is_sent_on_without_it() -> None:
-    g = guard()
-    assert g.judge(scope(path="/", query=f"token={TOKEN}")) == Verdict(redirect="/")
-    assert g.judge(scope(path="/", query=f"token={TOKEN}&session=abc")) == Verdict(
-        redirect="/?session=abc"
-    )
-    # The API takes a token in the query as it is (a script's stream URL).
-    assert g.judge(scope(path="/api/feed", query=f"token={TOKEN}")) == Verdict()
+    assert g.judge(scope("POST", "/api/op/send", query=f"token={TOKEN}")).refusal == "origin"
+    assert g.judge(scope("POST", "/api/op/send", authorization=header)).refusal is None
 
 
 def test_the_page_may_call_every_person_row_but_shutdown_and_the_streams() -> None:
@@ -118,3 +136,38 @@ def test_the_page_may_call_every_person_row_but_shutdown_and_the_streams() -> No
     assert "events" not in ops and "feed" not in ops
     assert all(op.audience == "person" for op in ops.values())
     assert "spawn" not in ops  # a kernel's row
+
+
+def test_no_reply_ever_sets_a_cookie() -> None:
+    # Even an app behind the guard that tries to set one (none does) sends none.
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"Set-Cookie", b"x=1"),
+                    (b"set-cookie", b"y=2"),
+                    (b"content-type", b"text/plain"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    g = Guard(app, token=TOKEN, port=PORT)
+    asyncio.run(g(scope(path="/"), receive, send))
+    asyncio.run(g(scope(authorization=f"token {TOKEN}"), receive, send))
+    starts = [m for m in sent if m["type"] == "http.response.start"]
+    assert len(starts) == 2
+    for start in starts:
+        names = [name.lower() for name, _ in start["headers"]]
+        assert b"set-cookie" not in names
+        assert b"content-type" in names and b"referrer-policy" in names

@@ -2,27 +2,30 @@
 loopback, on a page this server served.
 
 The server listens on 127.0.0.1 only, but a loopback port is reachable by
-every web page a browser shows and by every local user. Three checks stand in
-front of every request, in this order (:class:`Guard`, plain ASGI):
+every web page a browser shows and by every local user. Checks stand in front
+of every request, in this order (:class:`Guard`, plain ASGI):
 
 1. **Host.** The ``Host`` header must be ``127.0.0.1:PORT`` or
    ``localhost:PORT``. A page on an attacker's domain that re-resolves its name
    to 127.0.0.1 (DNS rebinding) sends its own name, and is refused (421).
-2. **Token.** The random token printed in the URL (as Jupyter does), given as
-   the ``token`` query parameter (the first load), the cookie that load sets
-   (HttpOnly, SameSite=Strict, named per port so two servers do not clash), or
-   ``Authorization: token X`` (``Bearer X`` too) for scripts. Missing: 401;
-   wrong: 403. Compared in constant time.
+2. **Token.** The page itself (``GET /``) and its assets (``GET /static/...``)
+   are files of the package with no data in them: they are served to anyone
+   past the host check. Everything else (the API) needs the random token the
+   command printed, as ``Authorization: token X`` (``Bearer X`` too; what the
+   page's ``fetch`` sends) or as the ``token`` query parameter (what the page's
+   ``EventSource`` sends: it cannot set headers). Missing: 401; wrong: 403.
+   Compared in constant time. There is no cookie: a cookie for 127.0.0.1 goes
+   to every port of it, so any other local server the person visits would get
+   the token. The printed URL carries the token in its fragment
+   (``#token=...``), which a browser never sends to a server; the page keeps
+   it in ``sessionStorage``, which is per origin (per port).
 3. **Origin.** A request that changes something (any method but GET and HEAD)
    from a browser must come from this server's own origin: an ``Origin`` or a
    ``Sec-Fetch-Site`` naming another site is refused (403). A request without
-   ``Origin`` must carry the token in its ``Authorization`` header: only a
-   cookie can be sent by a page that does not know the token, so a cookie alone
-   never authorises a change without an origin to check.
+   ``Origin`` must carry the token in its ``Authorization`` header (a script).
 
-A GET of a page with a valid ``?token=`` is redirected to the same path
-without it, with the cookie set: the token leaves the address bar and the
-history. Every reply says ``Referrer-Policy: no-referrer`` and carries a
+No reply ever sets a cookie. Every reply says ``Referrer-Policy: no-referrer``
+(a stream's URL with its token never leaves as a referrer) and carries a
 Content-Security-Policy that allows this origin's scripts, styles and
 connections only; no CORS header is ever sent.
 """
@@ -32,14 +35,12 @@ from __future__ import annotations
 import hmac
 import json
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Literal
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-COOKIE_PREFIX = "recursa_web_"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
@@ -50,10 +51,10 @@ Refusal = Literal["host", "missing", "wrong", "origin"]
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What the guard decided: ``refusal`` None lets the request through;
-    ``redirect`` is where a first load with ``?token=`` goes instead."""
+    ``public`` says it is the page or an asset (no token asked)."""
 
     refusal: Refusal | None = None
-    redirect: str | None = None
+    public: bool = False
     by_header: bool = False
 
 
@@ -67,10 +68,6 @@ class Guard:
         self.app = app
         self.token = token
         self.port = port
-
-    @property
-    def cookie_name(self) -> str:
-        return f"{COOKIE_PREFIX}{self.port}"
 
     @property
     def hosts(self) -> frozenset[str]:
@@ -92,16 +89,16 @@ class Guard:
         if verdict.refusal is not None:
             await _refuse(send, verdict.refusal)
             return
-        if verdict.redirect is not None:
-            await self._redirect(send, verdict.redirect)
-            return
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
+                # Whatever the app said, no cookie leaves this server.
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if name.lower() != b"set-cookie"
+                ]
                 headers.extend(_SECURITY_HEADERS)
-                if not verdict.by_header:
-                    headers.append((b"set-cookie", self._cookie().encode("latin-1")))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -112,19 +109,17 @@ class Guard:
         headers = _headers(scope)
         if headers.get("host") not in self.hosts:
             return Verdict("host")
+        method = scope["method"]
+        if method in SAFE_METHODS and _public(scope["path"]):
+            return Verdict(public=True)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         given, by_header = self._given(headers, query)
         if given is None:
             return Verdict("missing")
         if not hmac.compare_digest(given.encode("utf-8"), self.token.encode("utf-8")):
             return Verdict("wrong")
-        method = scope["method"]
         if method not in SAFE_METHODS and not self._same_origin(headers, by_header):
             return Verdict("origin")
-        if method == "GET" and "token" in query and not scope["path"].startswith("/api/"):
-            rest = {k: v for k, v in query.items() if k != "token"}
-            target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
-            return Verdict(redirect=target)
         return Verdict(by_header=by_header)
 
     def _given(self, headers: dict[str, str], query: dict[str, str]) -> tuple[str | None, bool]:
@@ -135,13 +130,7 @@ class Guard:
             return value.strip(), True
         if "token" in query:
             return query["token"], False
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed cookie header offers nothing
-            return None, False
-        morsel = cookie.get(self.cookie_name)
-        return (morsel.value if morsel is not None else None), False
+        return None, False
 
     def _same_origin(self, headers: dict[str, str], by_header: bool) -> bool:
         site = headers.get("sec-fetch-site")
@@ -152,18 +141,10 @@ class Guard:
             return by_header
         return origin in self.origins
 
-    def _cookie(self) -> str:
-        return f"{self.cookie_name}={self.token}; Path=/; HttpOnly; SameSite=Strict"
 
-    async def _redirect(self, send: Send, target: str) -> None:
-        headers = [
-            (b"location", target.encode("latin-1")),
-            (b"set-cookie", self._cookie().encode("latin-1")),
-            (b"content-length", b"0"),
-            *_SECURITY_HEADERS,
-        ]
-        await send({"type": "http.response.start", "status": 303, "headers": headers})
-        await send({"type": "http.response.body", "body": b""})
+def _public(path: str) -> bool:
+    """Whether ``path`` is the page or one of its assets: package files, no data."""
+    return path == "/" or path.startswith("/static/")
 
 
 _SECURITY_HEADERS = [
@@ -202,4 +183,4 @@ def _headers(scope: Scope) -> dict[str, str]:
     }
 
 
-__all__ = ["COOKIE_PREFIX", "CSP", "Guard", "Verdict"]
+__all__ = ["CSP", "Guard", "Verdict"]

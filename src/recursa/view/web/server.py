@@ -8,7 +8,8 @@ what the daemon's people's API allows, no more.
 Routes (every one behind :class:`~recursa.view.web.access.Guard`):
 
 ``GET /``, ``GET /static/...``
-    the page and its assets.
+    the page and its assets (no token: package files, no data; the page
+    reads the token from the URL's fragment and sends it with every call).
 ``POST /api/op/{name}``
     the generic proxy: for every *person* row of the daemon's operation table
     but ``shutdown`` and the stream rows, the JSON body is the row's request
@@ -274,14 +275,15 @@ def bind(port: int = 0) -> socket.socket:
 
 async def serve(factory: ClientFactory, *, port: int = 0, on_ready: Callable[[str], None]) -> None:
     """Serve the web view on 127.0.0.1 until interrupted (Ctrl-C). ``on_ready``
-    gets the URL to open, with a new random token in it, once the daemon's
+    gets the URL to open, ``http://127.0.0.1:PORT/#token=TOKEN`` with a new
+    random token in its fragment (never sent to a server), once the daemon's
     client is connected and the port accepts connections."""
     import uvicorn
 
     sock = bind(port)
     actual = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
-    url = f"http://127.0.0.1:{actual}/?token={token}"
+    url = f"http://127.0.0.1:{actual}/#token={token}"
     app = create_app(factory, token=token, port=actual, on_ready=lambda: on_ready(url))
     config = uvicorn.Config(
         app,

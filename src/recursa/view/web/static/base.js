@@ -5,6 +5,12 @@
 // session: which sessions changed), GET /api/events/ID (one session's events,
 // live) and GET /api/events/ID/page (its history, backwards, a page at a time).
 //
+// The token: `recursa web` prints 127.0.0.1:PORT/#token=T (its fragment). A fragment
+// never reaches a server; the page takes it out of the address bar at once and
+// keeps it in sessionStorage (per origin, so per port: no other local server
+// sees it; there is no cookie). Every fetch sends it in an Authorization
+// header; an EventSource, which cannot set headers, in its URL's query.
+//
 // Text from models and sessions is hostile: it only ever enters the page as
 // text nodes (el() and textContent), never as markup.
 //
@@ -40,6 +46,32 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// -- the token ----------------------------------------------------------------------------------
+
+const TOKEN_KEY = "recursa-web-token";
+
+// Reads the fragment (#token=T&session=S) once: the token goes to sessionStorage,
+// the fragment leaves the address bar (and the history). Returns the fragment's
+// other parameters.
+function takeFragment() {
+  const params = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const given = params.get("token");
+  if (given) sessionStorage.setItem(TOKEN_KEY, given);
+  params.delete("token");
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  return params;
+}
+
+const fragment = takeFragment();
+const TOKEN = sessionStorage.getItem(TOKEN_KEY) || "";
+
+// A URL of the API with the token in its query: for EventSource only.
+function withToken(url) {
+  return `${url}${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(TOKEN)}`;
+}
+
+const authorization = () => ({ authorization: `token ${TOKEN}` });
+
 class ApiError extends Error {
   constructor(kind, message, status) {
     super(message);
@@ -51,8 +83,8 @@ class ApiError extends Error {
 async function op(name, body) {
   const response = await fetch(`/api/op/${encodeURIComponent(name)}`, {
     method: "POST",
-    headers: { "content-type": "application/json" },
-    credentials: "same-origin",
+    headers: { "content-type": "application/json", ...authorization() },
+    credentials: "omit",
     body: JSON.stringify(body || {}),
   });
   let data = null;
@@ -66,7 +98,7 @@ async function op(name, body) {
 }
 
 async function getJson(url) {
-  const response = await fetch(url, { credentials: "same-origin" });
+  const response = await fetch(url, { headers: authorization(), credentials: "omit" });
   const data = await response.json().catch(() => null);
   if (!response.ok) throw new ApiError(data && data.kind, (data && data.message) || url, response.status);
   return data;

@@ -61,6 +61,12 @@ function wire() {
 }
 
 async function start() {
+  if (!TOKEN) {
+    $("#no-token").hidden = false;
+    $("#live").textContent = "no token";
+    $("#live").className = "badge bad";
+    return;
+  }
   wire();
   const status = await act(() => op("status", {}));
   if (status) $("#daemon").textContent = ` · daemon pid ${status.pid} · v${status.version}`;
@@ -71,7 +77,7 @@ async function start() {
   openFeed();
   setInterval(tickClocks, 1000);
   loadEntries();
-  const wanted = new URLSearchParams(location.search).get("session");
+  const wanted = fragment.get("session") || new URLSearchParams(location.search).get("session");
   if (wanted) jump(wanted);
 }
 

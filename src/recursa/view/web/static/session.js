@@ -42,6 +42,8 @@ function renderSessionTitle() {
 
 async function openSession(id) {
   if (view.source) view.source.close();
+  // What the last session's stream queued is not this one's to draw.
+  liveQueue = [];
   Object.assign(view, { id, source: null, oldest: null, newest: 0, exhausted: false, streaming: null });
   view.liveCells = new Map();
   view.runningBadges = new Map();
@@ -64,9 +66,9 @@ async function openSession(id) {
 // The session's live stream, after the newest record shown; after a failure
 // (the daemon went away) it is tried again while the session stays selected.
 function followSession(id) {
-  const source = new EventSource(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`);
+  const source = new EventSource(withToken(`/api/events/${encodeURIComponent(id)}?after=${view.newest}`));
   view.source = source;
-  source.onmessage = (e) => { if (view.id === id) queueLive(JSON.parse(e.data)); };
+  source.onmessage = (e) => { if (view.id === id) queueLive(id, JSON.parse(e.data)); };
   source.addEventListener("failure", (e) => {
     notice(JSON.parse(e.data).message);
     source.close();
@@ -94,16 +96,22 @@ async function loadEarlier(limit) {
 
 // Live records are drawn once per frame, however fast they come: reading the
 // scroll position forces a layout, so it is read once per batch, not per record.
-let liveQueue = [];
-function queueLive(record) {
-  liveQueue.push(record);
-  if (liveQueue.length === 1) requestAnimationFrame(flushLive);
+// Each entry names its session: one queued before another session was opened
+// is dropped, never drawn into the session shown.
+let liveQueue = [];  // [{id, record}]
+let liveFlushDue = false;
+function queueLive(id, record) {
+  liveQueue.push({ id, record });
+  if (liveFlushDue) return;
+  liveFlushDue = true;
+  requestAnimationFrame(flushLive);
 }
 
 function flushLive() {
-  const batch = liveQueue;
+  liveFlushDue = false;
+  const batch = liveQueue.filter((entry) => entry.id === view.id).map((entry) => entry.record);
   liveQueue = [];
-  liveRecords(batch);
+  if (batch.length) liveRecords(batch);
 }
 
 function liveRecords(records) {

@@ -105,6 +105,8 @@ async function refreshDirty() {
     if (state.selected && ids.includes(state.selected)) renderSessionTitle();
     if ($("#follow").checked) followRunning();
   } catch (err) {
+    // Not read: they are still to be read, with whatever came meanwhile.
+    for (const id of ids) state.dirty.add(id);
     notice(err.message);
   } finally {
     state.refreshing = false;
@@ -141,7 +143,7 @@ const FEED_RETRY_MS = 5000;
 let feedSeq = null;  // null: from now (the server's newest seq)
 function setFeedCursor(seq) { feedSeq = seq; }
 function openFeed(recovering) {
-  const source = new EventSource(feedSeq !== null ? `/api/feed?after=${feedSeq}` : "/api/feed");
+  const source = new EventSource(withToken(feedSeq !== null ? `/api/feed?after=${feedSeq}` : "/api/feed"));
   const badge = (text, cls) => { $("#live").textContent = text; $("#live").className = `badge ${cls}`; };
   source.onopen = () => {
     badge("live", "good");
