@@ -40,6 +40,7 @@ from recursa.protocol.person_ops import (
     SessionRef,
 )
 from recursa.testing.demo_tree import Demo, demo_tree
+from recursa.view.blocks import Blocks
 from recursa.view.tui import session_pane
 from recursa.view.tui.app import ViewApp
 from recursa.view.tui.control import ControlScreen
@@ -312,3 +313,31 @@ async def until_async(
             return value
         assert time.monotonic() < deadline, f"timed out; last: {value!r}"
         await pilot.pause(0.05)
+
+
+@pytest.mark.parametrize("page", [2, 3, 5])
+async def test_paging_back_reaches_the_start_with_every_block_once(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch, page: int
+) -> None:
+    """Pages of several sizes split the child's blocks at different places (a
+    cell's start and end in two pages): either way, the pane ends up showing
+    exactly the blocks of the whole log, each once, in order."""
+    monkeypatch.setattr(session_pane, "TAIL", page)
+    monkeypatch.setattr(session_pane, "PAGE", page)
+    async with DaemonClient(demo.home) as client:
+        whole = [r async for r in client.events(demo.child_id)]
+        app = ViewApp(client, start="child")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.pane.loaded and app.pane.session_id == demo.child_id)
+            for _ in range(len(whole)):  # at most one page per record
+                if app.pane.records and app.pane.records[0].seq == whole[0].seq:
+                    break
+                await app.pane.action_earlier().wait()
+                await pilot.pause()
+            assert [r.seq for r in app.pane.records] == [r.seq for r in whole]
+            expected = Blocks(app.pane.name_of)
+            expected.extend(whole)
+            assert app.pane.blocks.items == expected.items
+            assert [view.block for view in app.pane.views] == expected.items
+            shown = list(app.pane.log_view.query(session_pane.BlockView))
+            assert shown == app.pane.views  # mounted in the same order

@@ -233,12 +233,26 @@ class SessionPane(Vertical):
             self.app.notify("this is the start of the session")
             return
         self.records = earlier + self.records
+        held = self.blocks.items
         self.blocks = Blocks(self.name_of)
         self.blocks.extend(self.records)
-        self.log_view.remove_children()
-        self.views = [BlockView(block, self) for block in self.blocks.items]
-        await self.log_view.mount_all(self.views)
-        self._redraw_all()
+        items = self.blocks.items
+        new = len(items) - len(held)
+        if self.views and new >= 0 and items[new:] == held:
+            # The page split no block: mount only its blocks, above the ones shown.
+            for view, block in zip(self.views, items[new:], strict=True):
+                view.block = block
+            fresh = [BlockView(block, self) for block in items[:new]]
+            if fresh:
+                await self.log_view.mount_all(fresh, before=0)
+            for view in fresh:
+                view.redraw()
+            self.views = fresh + self.views
+        else:
+            self.log_view.remove_children()
+            self.views = [BlockView(block, self) for block in items]
+            await self.log_view.mount_all(self.views)
+            self._redraw_all()
         self.log_view.scroll_home(animate=False)
 
     def action_last_cell(self) -> None:
