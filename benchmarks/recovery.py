@@ -47,6 +47,7 @@ from recursa.daemon.client import DaemonClient
 from recursa.daemon.paths import DaemonPaths, read_state
 from recursa.protocol.wire import CreateSession, SendMessage
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
+from recursa.testing.processes import kill_home_processes
 
 POLL = 0.005
 
@@ -77,18 +78,6 @@ def kill_daemon(home: Path) -> None:
     proc = psutil.Process(state.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-
-
-def kill_leftovers(home: Path) -> None:
-    """Everything whose command line names the home (kernels by their files)."""
-    victims = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(str(home) in part for part in proc.info["cmdline"] or []):
-            victims.append(proc)
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
-    psutil.wait_procs(victims, timeout=10)
 
 
 async def settle(client: DaemonClient, ids: list[str]) -> None:
@@ -191,7 +180,7 @@ def main() -> int:
             finally:
                 with contextlib.suppress(Exception):
                     asyncio.run(process.stop(home, force=True))
-                kill_leftovers(home)
+                kill_home_processes(home)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ which also means a test that kills a daemon must kill its kernels itself:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -25,6 +24,7 @@ import psutil
 from recursa.daemon import process
 from recursa.daemon.paths import DaemonPaths, read_state
 from recursa.testing import FakeModelServer
+from recursa.testing.processes import home_processes, kill_all
 
 
 def daemon_env(home: Path, server: FakeModelServer) -> dict[str, str]:
@@ -105,22 +105,7 @@ def kill_everything(home: Path) -> None:
             psutil.Process(state.pid).kill()
     victims = [psutil.Process(pid) for pid in kernel_pids(home) if psutil.pid_exists(pid)]
     victims += [p for p in home_processes(home) if p.pid not in {v.pid for v in victims}]
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
-    psutil.wait_procs(victims, timeout=10)
-
-
-def home_processes(home: Path) -> list[psutil.Process]:
-    """Live processes whose command line names something under ``home``
-    (the daemon, and kernels by their connection files)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        if any(str(home) in part for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
+    kill_all(victims)
 
 
 def agents(env: Mapping[str, str], cwd: Path) -> list[dict[str, object]]:

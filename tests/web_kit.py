@@ -19,6 +19,9 @@ import httpx2
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
+from daemon_kit import daemon_env, kill_everything
+from recursa.testing import FakeModelServer
+
 PREFIX = "recursa web: "
 SHOTS = "RECURSA_SHOTS"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -99,6 +102,19 @@ def web_server(
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+@contextlib.contextmanager
+def web_on_a_fresh_home(tmp_path: Path) -> Iterator[WebServer]:
+    """``recursa web`` on a new home whose daemon's model is a fake server with
+    no script; everything the home started is killed afterwards."""
+    home = tmp_path / "home"
+    with FakeModelServer.in_thread() as fake:
+        try:
+            with web_server(daemon_env(home, fake), tmp_path) as server:
+                yield server
+        finally:
+            kill_everything(home)
 
 
 @contextlib.contextmanager

@@ -12,22 +12,15 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from daemon_kit import daemon_env, kill_everything
-from recursa.testing import FakeModelServer
-from web_kit import WebServer, browser_page, web_server
+from web_kit import WebServer, browser_page, web_on_a_fresh_home
 
 NOW = 1_800_000_000.0
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[WebServer]:
-    home = tmp_path / "home"
-    with FakeModelServer.in_thread() as fake:
-        try:
-            with web_server(daemon_env(home, fake), tmp_path) as server:
-                yield server
-        finally:
-            kill_everything(home)
+    with web_on_a_fresh_home(tmp_path) as server:
+        yield server
 
 
 def info(ident: str, name: str) -> dict[str, Any]:

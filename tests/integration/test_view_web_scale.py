@@ -22,7 +22,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Page, Route
 
-from daemon_kit import daemon_env, kill_everything
 from recursa.protocol.events import (
     TRANSIENT_TYPES,
     AssistantReply,
@@ -49,8 +48,7 @@ from recursa.protocol.events import (
     UserInput,
     record_to_dict,
 )
-from recursa.testing import FakeModelServer
-from web_kit import WebServer, browser_page, shots_dir, web_server
+from web_kit import WebServer, browser_page, shots_dir, web_on_a_fresh_home
 
 SESSIONS = 500
 EVENTS = 20_000
@@ -59,13 +57,8 @@ NOW = 1_800_000_000.0
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[WebServer]:
-    home = tmp_path / "home"
-    with FakeModelServer.in_thread() as fake:
-        try:
-            with web_server(daemon_env(home, fake), tmp_path) as server:
-                yield server
-        finally:
-            kill_everything(home)
+    with web_on_a_fresh_home(tmp_path) as server:
+        yield server
 
 
 def sessions() -> list[dict[str, Any]]:

@@ -76,11 +76,14 @@ def test_a_message_to_an_unknown_session_is_not_found(store: Store) -> None:
 
 
 def test_dropping_a_sessions_queue(store: Store) -> None:
-    sid = session(store)
+    sid, other = session(store), session(store)
     store.inbox.enqueue(sid, "a")
     store.inbox.enqueue(sid, "b")
+    store.inbox.enqueue(other, "c")
+    assert store.inbox.pending_counts() == {sid: 2, other: 1}
     assert store.inbox.drop(sid) == 2
     assert store.inbox.pending_count(sid) == 0
+    assert store.inbox.pending_counts() == {other: 1}
 
 
 def test_commands_are_idempotent_and_pending_ones_uncertain(store: Store) -> None:

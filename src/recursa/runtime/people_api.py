@@ -119,8 +119,11 @@ class PeopleApi:
 
     async def sessions(self, request: SessionsQuery) -> list[SessionInfo]:
         wanted = request.wanted
+        pending = self.store.inbox.pending_counts()  # one query for the whole list
         return [
-            self._info(row) for row in self.store.sessions() if wanted is None or row.id in wanted
+            self._info(row, pending.get(row.id, 0))
+            for row in self.store.sessions()
+            if wanted is None or row.id in wanted
         ]
 
     async def session(self, request: SessionRef) -> SessionInfo:
@@ -130,7 +133,7 @@ class PeopleApi:
         parent = self.store.session(request.session).id
         return [self._info(row) for row in self.store.sessions() if row.parent_id == parent]
 
-    def _info(self, row: SessionRow) -> SessionInfo:
+    def _info(self, row: SessionRow, pending: int | None = None) -> SessionInfo:
         loaded = self.runtime.find(row.id)
         totals = self.store.usage_totals(row.id)
         return SessionInfo(
@@ -152,7 +155,7 @@ class PeopleApi:
             ),
             last_answer=loaded.last_answer if loaded else None,
             depth=depth_of(row),
-            pending=self.store.inbox.pending_count(row.id),
+            pending=self.store.inbox.pending_count(row.id) if pending is None else pending,
             cell_started_at=loaded.cell_started_at if loaded else None,
         )
 

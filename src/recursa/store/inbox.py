@@ -119,6 +119,13 @@ class Inbox(Table[MessageRow]):
         ).fetchone()
         return int(row[0])
 
+    def pending_counts(self) -> dict[str, int]:
+        """Queued messages per session, in one query (sessions with none are absent)."""
+        rows = self._store.execute(
+            "SELECT session_id, count(*) FROM messages WHERE status = 'queued' GROUP BY session_id"
+        ).fetchall()
+        return {str(session_id): int(count) for session_id, count in rows}
+
     def sessions_with_pending(self) -> list[str]:
         """Every session that has queued messages."""
         rows = self._store.execute(

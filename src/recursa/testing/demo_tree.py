@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil
-
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient
 from recursa.protocol.events import CellFinished
@@ -46,6 +44,7 @@ from recursa.protocol.person_ops import HARNESS_LIST, HarnessQuery
 from recursa.protocol.wire import CreateSession, HarnessEntry, SessionInfo
 from recursa.testing.fake_script import Reply, ScriptItem, ToolCallSpec
 from recursa.testing.fake_server import FakeModelServer
+from recursa.testing.processes import kill_home_processes
 
 T = TypeVar("T")
 
@@ -224,14 +223,7 @@ def _answered(info: SessionInfo) -> bool:
 async def _tear_down(home: Path) -> None:
     with contextlib.suppress(Exception):
         await process.stop(home, force=True, timeout=20)
-    victims = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(str(home) in part for part in proc.info["cmdline"] or []):
-            victims.append(proc)
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
-    psutil.wait_procs(victims, timeout=10)
+    kill_home_processes(home)
 
 
 def _in_thread(work: Callable[[], Awaitable[T]]) -> T:

@@ -40,7 +40,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -51,22 +51,17 @@ from starlette.types import ASGIApp
 
 from recursa.daemon.client import DaemonClient
 from recursa.errors import (
-    AuthError,
+    WIRE_EXCEPTIONS,
     ConfigError,
     DaemonError,
-    KernelError,
-    ModelUnavailable,
-    NotFound,
-    ProviderError,
     RecursaError,
-    StoreError,
-    UncertainCommand,
     UsageError,
+    one_line,
 )
 from recursa.protocol.events import record_to_dict
 from recursa.protocol.operations import Operation, encode, operations
 from recursa.protocol.person_ops import SESSION, SessionRef
-from recursa.protocol.wire import from_json
+from recursa.protocol.wire import ERROR_STATUS, ErrorKind, from_json
 from recursa.view.web.access import Guard
 from recursa.view.web.sse import sse
 
@@ -74,6 +69,8 @@ STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_PAGE = 200
 MAX_PAGE = 2000
+MAX_MESSAGE_CHARS = 1000
+"""The longest error message the page is sent."""
 REFUSED_OPS = frozenset({"shutdown"})
 
 ClientFactory = Callable[[], contextlib.AbstractAsyncContextManager[DaemonClient]]
@@ -90,42 +87,36 @@ def proxied_ops() -> dict[str, Operation[Any, Any]]:
     }
 
 
-_ERROR_KINDS: tuple[tuple[type[RecursaError] | tuple[type[RecursaError], ...], str, int], ...] = (
-    (NotFound, "not_found", 404),
-    ((UsageError, ConfigError), "invalid", 400),
-    ((ModelUnavailable, ProviderError, KernelError), "unavailable", 422),
-    (UncertainCommand, "uncertain", 409),
-    (StoreError, "conflict", 409),
-    (AuthError, "daemon", 503),
-    (DaemonError, "daemon", 503),
-)
-
-
 def describe(exc: RecursaError) -> tuple[str, str]:
     """The page's ``(kind, message)`` for an error of the daemon's client."""
     kind, _ = _kind_status(exc)
-    return kind, _one_line(str(exc)) or type(exc).__name__
+    return kind, one_line(exc, limit=MAX_MESSAGE_CHARS)
 
 
 def _kind_status(exc: RecursaError) -> tuple[str, int]:
-    for classes, kind, status in _ERROR_KINDS:
-        if isinstance(exc, classes):
-            return kind, status
+    """The daemon's own error kinds (what the client raised for them), with
+    their statuses; a failure to reach or be let into the daemon is the
+    server's, not the page's: ``daemon``, 503."""
+    if isinstance(exc, DaemonError):  # AuthError too: this server's token was refused
+        return "daemon", 503
+    if isinstance(exc, ConfigError):
+        return "invalid", ERROR_STATUS["invalid"]
+    for kind, cls in WIRE_EXCEPTIONS.items():
+        if isinstance(exc, cls):
+            return kind, ERROR_STATUS.get(cast(ErrorKind, kind), 500)
     return "internal", 500
 
 
 def error_reply(kind: str, message: str, status: int) -> JSONResponse:
-    return JSONResponse({"kind": kind, "message": _one_line(message)}, status_code=status)
+    return JSONResponse(
+        {"kind": kind, "message": one_line(message, limit=MAX_MESSAGE_CHARS)}, status_code=status
+    )
 
 
 def failed(exc: RecursaError) -> JSONResponse:
     """The reply for an error of the daemon's client: its kind, status and one line."""
     kind, status = _kind_status(exc)
-    return error_reply(kind, str(exc) or type(exc).__name__, status)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:1000]
+    return error_reply(kind, one_line(exc), status)
 
 
 class WebView:
