@@ -1,0 +1,106 @@
+"""The figures an evaluation report gives, from per-item scores.
+
+- :func:`bootstrap` : the mean score with a percentile bootstrap interval
+  (resampling items with replacement).
+- :func:`paired_bootstrap` : the mean difference B − A over the same items,
+  with an interval from resampling the items' pairs: the harness audit.
+- :func:`solved_within` : items solved within an expenditure budget B (tokens,
+  cost or seconds), for each B of a range: the score at fixed expenditure.
+- :func:`plateau` : the first budget past which 10% more budget adds less than
+  a set gain.
+
+Resampling uses its own seeded ``random.Random``: the same inputs and seed
+give the same interval.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_RESAMPLES = 2000
+DEFAULT_LEVEL = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+    n: int
+
+
+def bootstrap(
+    scores: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> Interval:
+    """The mean of ``scores`` and its percentile bootstrap interval."""
+    if not scores:
+        raise ValueError("no scores to summarise")
+    n = len(scores)
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(scores, k=n)) / n for _ in range(resamples))
+    low, high = _percentiles(means, level)
+    return Interval(sum(scores) / n, low, high, n)
+
+
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> Interval:
+    """The mean of ``b[i] - a[i]`` over paired items, with its bootstrap interval."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scores differ in length: {len(a)} and {len(b)}")
+    return bootstrap(
+        [y - x for x, y in zip(a, b, strict=True)], resamples=resamples, level=level, seed=seed
+    )
+
+
+def _percentiles(ordered: Sequence[float], level: float) -> tuple[float, float]:
+    if not 0 < level < 1:
+        raise ValueError("the level is a fraction between 0 and 1")
+    tail = (1 - level) / 2
+    last = len(ordered) - 1
+    return ordered[round(tail * last)], ordered[round((1 - tail) * last)]
+
+
+def solved_within(
+    trials: Sequence[tuple[float, float]], budgets: Sequence[float]
+) -> list[tuple[float, float]]:
+    """For each budget B, the score summed over the trials that spent at most B
+    (``trials``: pairs of score and expenditure); a trial over budget counts 0."""
+    return [(b, sum(score for score, spent in trials if spent <= b)) for b in budgets]
+
+
+def plateau(curve: Sequence[tuple[float, float]], *, gain: float) -> float | None:
+    """The first budget B of ``curve`` (budget, score; budgets ascending) after
+    which the score at 1.1·B (the last point at or below it) exceeds the score
+    at B by less than ``gain``; None when the curve still climbs at its end."""
+    for index, (budget, value) in enumerate(curve):
+        further = [v for b, v in curve[index + 1 :] if b <= budget * 1.1]
+        if not further and index + 1 < len(curve):
+            continue  # no point within 10% more: undecided here
+        if index + 1 == len(curve):
+            return None
+        if further[-1] - value < gain:
+            return budget
+    return None
+
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_RESAMPLES",
+    "Interval",
+    "bootstrap",
+    "paired_bootstrap",
+    "plateau",
+    "solved_within",
+]
