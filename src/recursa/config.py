@@ -54,6 +54,7 @@ The file, field by field::
     max_kernels = 64                    # live kernels at most; the longest idle session unloads
     inline_input_share = 0.5            # an input past this share of the model's window is put
                                         # in the kernel as the variable `context`; 0 = never
+    compaction = true                   # false: never compact by itself (a call past the window fails)
 
     [agents]
     max_depth = 2                       # sub-agents of sub-agents of ...: how deep
@@ -247,6 +248,9 @@ class SessionsConfig:
     inline_input_share: float = DEFAULT_INLINE_INPUT_SHARE
     """An input past this share of the model's context window is put in the
     session's kernel as a variable instead of in the model's context; 0: never."""
+    compaction: bool = True
+    """False: a context is never compacted by itself; a model call past the
+    window fails (an evaluation's "compaction off")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +472,7 @@ class SessionsTable(_Table):
     checkpoint: Literal["turn", "unload"] = "turn"
     max_kernels: Annotated[int, within(1, 10_000)] = DEFAULT_MAX_KERNELS
     inline_input_share: Annotated[float, within(0, 1)] = DEFAULT_INLINE_INPUT_SHARE
+    compaction: bool = True
 
 
 class AgentsTable(_Table):
@@ -570,6 +575,7 @@ def load_config(
             checkpoint_each_turn=sessions.checkpoint == "turn",
             max_kernels=sessions.max_kernels,
             inline_input_share=sessions.inline_input_share,
+            compaction=sessions.compaction,
         ),
         agents=AgentsConfig(**data.agents.model_dump()),
         harness=HarnessConfig(

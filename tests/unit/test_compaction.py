@@ -422,7 +422,9 @@ class Recorder:
         return EventRecord(seq, "s", 0.0, event)
 
 
-def compactor(convo: Conversation, replies: list[StreamEvent], window: int) -> Compactor:
+def compactor(
+    convo: Conversation, replies: list[StreamEvent], window: int, *, auto: bool = True
+) -> Compactor:
     def call_model(request: Request) -> AsyncIterator[StreamEvent]:
         async def stream() -> AsyncIterator[StreamEvent]:
             yield replies.pop(0)
@@ -451,6 +453,7 @@ def compactor(convo: Conversation, replies: list[StreamEvent], window: int) -> C
             system=lambda: "system",
             gateway=gateway,
             record=Recorder(convo),
+            auto=auto,
         )
     )
 
@@ -480,3 +483,16 @@ async def test_a_failed_compaction_is_told_and_not_retried_at_once() -> None:
     assert isinstance(done, Compacted) and done.reason == "auto"
     assert convo.messages[0].text.startswith("[context compacted]")
     assert not compacting.due or len(units(convo.entries)) == 1
+
+
+async def test_with_compaction_off_only_the_agent_compacts() -> None:
+    events = turn_events(1, "task", ["o" * 9000, "p" * 9000], "done")[:-2]
+    convo = conversation(events)
+    summary = Done(message=AssistantMessage("## Task\nt"), usage=Usage(input_tokens=9))
+    compacting = compactor(convo, [summary], window=4000, auto=False)
+    assert compacting.due  # past the window, yet nothing happens by itself
+    assert await compacting.make_room() is False
+    assert await compacting.make_room(overflow=True) is False
+    assert convo.compactions == 0
+    reply = await compacting.compact("agent")
+    assert reply.compacted and convo.compactions == 1

@@ -282,6 +282,7 @@ class Runtime:
             snapshot_max_bytes=self.config.sessions.snapshot_max_bytes,
             checkpoint_each_turn=self.config.sessions.checkpoint_each_turn,
             inline_input_share=self.config.sessions.inline_input_share,
+            compaction=self.config.sessions.compaction,
             prestart_kernel=row.parent_id is None,
         )
         session = Session(row.id, Path(row.cwd), deps)

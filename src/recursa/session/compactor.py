@@ -74,6 +74,9 @@ class CompactorDeps:
     """The session's model-call gateway: the summary call is admitted, capped,
     retried and priced like any other."""
     record: Callable[[Event], EventRecord]
+    auto: bool = True
+    """False: only the agent's own ``compact.run()`` compacts; a context past the
+    window (or a provider's overflow) is not compacted by itself."""
 
 
 class Compactor:
@@ -99,7 +102,7 @@ class Compactor:
         """Before a model call: compact when the context nears the window, or
         (``overflow``) when the provider just said it is over it. True when
         the context was compacted."""
-        if not (overflow or self.due):
+        if not self.deps.auto or not (overflow or self.due):
             return False
         waited = len(self.deps.conversation.entries) - (self._failed_at or 0)
         if self._failed_at is not None and not overflow and waited < RETRY_AFTER_ENTRIES:

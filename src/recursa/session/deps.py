@@ -71,6 +71,8 @@ class SessionDeps:
     inline_input_share: float = DEFAULT_INLINE_INPUT_SHARE
     """An input past this share of the model's window is put in the kernel as a
     variable instead (:mod:`recursa.session.inputs`); 0: never."""
+    compaction: bool = True
+    """False: the context is never compacted by itself (``[sessions] compaction``)."""
     prestart_kernel: bool = True
     """Start getting a kernel as a turn begins (a root session: its first cell
     then finds it ready); False: on the first cell (sub-agents, many of which

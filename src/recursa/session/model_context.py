@@ -65,6 +65,7 @@ class ModelContext:
                 system=lambda: self._system,
                 gateway=deps.gateway,
                 record=record,
+                auto=deps.compaction,
             )
         )
 
