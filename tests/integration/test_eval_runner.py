@@ -8,8 +8,6 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from recursa.config import load_config
 from recursa.evals.plan import Plan, TrialLimits
 from recursa.evals.runner import Progress, Runner
@@ -141,12 +139,3 @@ async def test_a_tree_token_limit_stops_a_trial_and_it_is_scored_zero(tmp_path: 
     [result] = await run.run()
     assert result.status == "limit" and result.score == 0.0 and result.answer is None
     assert result.input_tokens >= 1000
-
-
-@pytest.mark.parametrize("bad", ["", "0", "x4k"])
-def test_lengths_are_checked(bad: str) -> None:
-    from recursa.errors import UsageError
-    from recursa.evals.plan import parse_lengths
-
-    with pytest.raises(UsageError):
-        parse_lengths([bad]) if bad else Plan(suite="s", models=())

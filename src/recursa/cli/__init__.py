@@ -45,6 +45,7 @@ def _register() -> None:
     # Commands live in their own modules; importing them registers them on `app`.
     import recursa.cli.control
     import recursa.cli.daemon
+    import recursa.cli.evals
     import recursa.cli.harness
     import recursa.cli.kernel_env
     import recursa.cli.models
