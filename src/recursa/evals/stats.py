@@ -7,7 +7,9 @@
 - :func:`solved_within` : items solved within an expenditure budget B (tokens,
   cost or seconds), for each B of a range: the score at fixed expenditure.
 - :func:`plateau` : the first budget past which 10% more budget adds less than
-  a set gain.
+  a set gain, read off a curve.
+- :func:`plateau_of` : the same question asked of the trials themselves, so the
+  answer does not depend on how finely the report samples budgets.
 
 Resampling uses its own seeded ``random.Random``: the same inputs and seed
 give the same interval.
@@ -95,6 +97,35 @@ def plateau(curve: Sequence[tuple[float, float]], *, gain: float) -> float | Non
     return None
 
 
+def plateau_of(trials: Sequence[tuple[float, float]], *, gain: float) -> float | None:
+    """The budget past which 10% more budget never adds ``gain`` or more to
+    the mean score (``trials``: pairs of score and expenditure; the mean is
+    over all of them). None when the curve still climbs at its end, that is,
+    when the last climb ends at the largest expenditure observed.
+
+    The mean score within budget B is a step function of B, so 10% more than
+    B adds the score of the trials that spent in (B, 1.1·B]. That window
+    holds the most just before a trial's expenditure ``s`` enters it from the
+    right, when it is [s, 1.1·s). The plateau is the largest ``s`` whose window
+    still adds ``gain`` (past it, no window does); with no such ``s`` the curve
+    is flat from the smallest expenditure on. A flat start (nothing solved at
+    small budgets) is not a plateau: only what follows the last climb is.
+    """
+    if not trials:
+        return None
+    n = len(trials)
+    spent = sorted({s for _, s in trials})
+    climbs = [
+        s
+        for s in spent
+        if sum(score for score, t in trials if s <= t < s * 1.1) / n >= gain and s > 0
+    ]
+    if not climbs:
+        return spent[0]
+    last = climbs[-1]
+    return None if last == spent[-1] else last
+
+
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_RESAMPLES",
@@ -102,5 +133,6 @@ __all__ = [
     "bootstrap",
     "paired_bootstrap",
     "plateau",
+    "plateau_of",
     "solved_within",
 ]
