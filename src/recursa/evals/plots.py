@@ -58,11 +58,17 @@ def steps(curve: Curve) -> tuple[float, list[float], list[float]]:
     return base, xs, ys
 
 
+def _tick(value: float, _position: float | None = None) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
     """The figure for one axis: one labelled line per configuration (its
     plateau a dot, not a line), or a note when nothing was spent."""
     require_matplotlib()
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     mine = [c for c in curves if c.axis == axis]
     fig = Figure(figsize=(8, 4.8), dpi=120, layout="constrained")
@@ -73,11 +79,11 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
     every = [x for _, xs, _ in drawn.values() for x in xs]
     if not every:
         ax.set_axis_off()
+        why = "\n(a local model has no cost)." if axis == "cost" else "."
         ax.text(
             0.5,
             0.5,
-            f"No {title.split(' (')[0]} recorded: every configuration spent nothing here\n"
-            "(a local model has no cost).",
+            f"No {title.split(' (')[0]} recorded: every configuration spent nothing here{why}",
             ha="center",
             va="center",
             fontsize=12,
@@ -88,8 +94,12 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
     log = high / low > LOG_SPAN
     if log:
         ax.set_xscale("log")
+        # 1-2-5 ticks in plain numbers: decades alone (10^2, 10^3) are hard to read off
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(_tick))
     colours = [f"C{i % 10}" for i in range(len(mine))]
-    plateau_label = "plateau"
+    plateaus = False
     for index, (curve, colour) in enumerate(zip(mine, colours, strict=True)):
         base, xs, ys = drawn[curve.config]
         gid = f"curve-{index}"  # the SVG names each configuration's line
@@ -117,22 +127,22 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
         )
         if curve.plateau is not None:
             at = max(i for i, x in enumerate(xs) if x <= curve.plateau)
-            ax.scatter(
-                [curve.plateau],
-                [ys[at]],
-                color=colour,
-                s=40,
-                zorder=3,
-                edgecolors="black",
-                label=plateau_label,
-            )
-            plateau_label = "_nolegend_"
+            ax.scatter([curve.plateau], [ys[at]], color=colour, s=40, zorder=3, edgecolors="black")
+            plateaus = True
     ax.set_xlabel(f"budget: {title} per trial" + (" (log scale)" if log else ""))
     ax.set_ylabel("mean score within budget")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(True, which="major", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if plateaus:  # one neutral entry for every curve's dot, not in the axes' lines
+        handles.append(
+            Line2D(
+                [], [], linestyle="", marker="o", markerfacecolor="white", markeredgecolor="black"
+            )
+        )
+        labels.append("plateau (10% more budget adds < the gain)")
     # below the axes: a legend inside would hide the curves it names
-    fig.legend(loc="outside lower center", ncols=min(3, len(mine) + 1), fontsize=9)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
     return fig
 
 
