@@ -187,39 +187,55 @@ def compare(
 
 # -- rendering ---------------------------------------------------------------
 
-HEADERS = (
-    "task",
-    "length",
-    "pairs",
-    "mean A",
-    "mean B",
-    "B − A [95% CI]",
-    "B win/loss/tie",
-    "Δ output tok",
-    "Δ total tok",
-    "Δ cost",
-    "Δ wall s",
-)
+SCORE_HEADERS = ("task", "len", "n", "A", "B", "B − A [95% CI]", "B W/L/T")
+SPEND_HEADERS = ("task", "len", "n", "output tok", "total tok", "cost", "wall s")
 
 
-def _signed(value: float, digits: int = 3) -> str:
+def _signed(value: float, digits: int = 2) -> str:
     return f"{value:+.{digits}f}"
 
 
-def row_cells(row: PairedRow) -> list[str]:
+def _signed_count(value: float) -> str:
+    """A signed count in a few characters: +950, -12.3k, +4.1M."""
+    size = abs(value)
+    if size < 1000:
+        return f"{value:+.0f}"
+    if size < 999_500:
+        return f"{value / 1000:+.3g}k"
+    return f"{value / 1_000_000:+.3g}M"
+
+
+def _length(tokens: int) -> str:
+    if not tokens:
+        return ""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
+def score_cells(row: PairedRow) -> list[str]:
+    """The score table's cells: means, the difference and its interval, and
+    B's wins, losses and ties against A."""
     d = row.difference
     return [
         row.task,
-        f"{row.length:,}" if row.length else "",
+        _length(row.length),
         str(row.n),
-        f"{row.mean_a:.3f}",
-        f"{row.mean_b:.3f}",
+        f"{row.mean_a:.2f}",
+        f"{row.mean_b:.2f}",
         f"{_signed(d.mean)} [{_signed(d.low)}, {_signed(d.high)}]",
         f"{row.wins}/{row.losses}/{row.ties}",
-        f"{row.output_tokens:+,.0f}",
-        f"{row.total_tokens:+,.0f}",
-        _signed(row.cost, 4) if row.cost else "0",
-        _signed(row.wall_s, 2),
+    ]
+
+
+def spend_cells(row: PairedRow) -> list[str]:
+    """The expenditure table's cells: B − A, mean per pair."""
+    return [
+        row.task,
+        _length(row.length),
+        str(row.n),
+        _signed_count(row.output_tokens),
+        _signed_count(row.total_tokens),
+        f"{'-' if row.cost < 0 else '+'}${abs(row.cost):.2g}" if row.cost else "0",
+        _signed(row.wall_s, 1),
     ]
 
 
@@ -234,19 +250,37 @@ def verdict(row: PairedRow) -> str:
 
 
 def render_comparison(comparison: Comparison, console: Console) -> None:
-    """Print the paired table, what was left unpaired, and the verdict."""
+    """Print the paired scores, the paired expenditure, what was left
+    unpaired, and the verdict; within 80 columns."""
     from rich.table import Table
+
+    def table(headers: Sequence[str]) -> Table:
+        grid = Table(
+            box=None,
+            pad_edge=False,
+            padding=(0, 1),
+            collapse_padding=True,
+            header_style="bold underline",
+        )
+        for index, header in enumerate(headers):
+            if index == 0:
+                grid.add_column(header, min_width=13)
+            else:
+                grid.add_column(header, justify="right", no_wrap=True)
+        return grid
 
     console.print(f"A: {comparison.label_a}")
     console.print(f"B: {comparison.label_b}")
-    table = Table(title="Paired comparison on the same items", title_justify="left")
-    for index, header in enumerate(HEADERS):
-        table.add_column(
-            header, justify="left" if index == 0 else "right", no_wrap=index in (0, 5, 6)
-        )
+    scores = table(SCORE_HEADERS)
+    spend = table(SPEND_HEADERS)
     for row in comparison.rows:
-        table.add_row(*row_cells(row), style="bold" if row.task == OVERALL else None)
-    console.print(table)
+        style = "bold" if row.task == OVERALL else None
+        scores.add_row(*score_cells(row), style=style)
+        spend.add_row(*spend_cells(row), style=style)
+    console.print("Scores on the same items (B − A, paired bootstrap)", style="bold")
+    console.print(scores)
+    console.print("Expenditure, B − A, mean per pair", style="bold")
+    console.print(spend)
     if comparison.only_a or comparison.only_b:
         console.print(
             f"Unpaired, left out: {comparison.only_a} item(s) only in A, "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -248,9 +248,7 @@ def curve_table(curves: Sequence[Curve], axis: Axis) -> tuple[list[str], list[li
         [
             c.config,
             *(f"{score:.2f}" for _, score in c.points),
-            "—"
-            if c.free
-            else ("still climbing" if c.plateau is None else _budget(axis, c.plateau)),
+            _plateau_text(c, _budget),
         ]
         for c in mine
     ]
@@ -261,10 +259,72 @@ def nothing_spent(curves: Sequence[Curve], axis: Axis) -> bool:
     return all(c.free for c in curves if c.axis == axis)
 
 
-def _axis_heading(axis: Axis, gain: float) -> str:
+def _axis_heading(axis: Axis, gain: float, model: str = "") -> str:
+    whose = f" of {model}" if model else ""
     return (
-        f"Mean score within budget: {AXIS_TITLES[axis]} (plateau: where 10% more adds < {gain:g})"
+        f"Mean score within budget{whose}: {AXIS_TITLES[axis]} "
+        f"(plateau: where 10% more adds < {gain:g})"
     )
+
+
+def _short(value: float) -> str:
+    """A count in at most five characters: 950, 12.3k, 4.1M."""
+    if value < 1000:
+        return f"{value:.0f}"
+    if value < 999_500:
+        return f"{value / 1000:.3g}k"
+    return f"{value / 1_000_000:.3g}M"
+
+
+def _length(tokens: int) -> str:
+    """A target length as it is asked for (``--lengths 4k``: 4096 tokens)."""
+    if not tokens:
+        return ""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else _short(tokens)
+
+
+def _short_budget(axis: Axis, value: float) -> str:
+    if axis == "cost":
+        return f"${value:.3g}"
+    if axis == "wall_s":
+        return f"{value:.3g}s"
+    return _short(value)
+
+
+TERMINAL_HEADERS = (
+    "task",
+    "len",
+    "n",
+    "score [95% CI]",
+    "in",
+    "out",
+    "cache",
+    "cost",
+    "wall",
+    "subs",
+    "fail",
+)
+"""The per-configuration table's columns, short enough for 80 columns: ``in``,
+``out`` and ``cache`` are tokens (``cache``: input tokens read from the
+provider's cache), ``wall`` seconds, ``subs`` sub-agents, ``fail`` the trials
+that did not end ``ok``."""
+
+
+def _terminal_cells(row: GroupRow) -> list[str]:
+    s = row.score
+    return [
+        row.task,
+        _length(row.length),
+        str(s.n),
+        f"{s.mean:.2f} [{s.low:.2f}–{s.high:.2f}]",
+        _short(row.input_tokens),
+        _short(row.output_tokens),
+        _short(row.cached_tokens),
+        f"${row.cost:.2g}" if row.cost else "0",
+        f"{row.wall_s:.3g}",
+        f"{row.subagents:.2g}",
+        str(row.not_ok),
+    ]
 
 
 def render_report(
@@ -274,30 +334,62 @@ def render_report(
     seed: int = DEFAULT_SEED,
     gain: float = DEFAULT_GAIN,
 ) -> None:
-    """Print the main table and one score-at-fixed-expenditure table per axis."""
+    """Print, for a terminal of 80 columns or more, a table per configuration
+    (a row per task × length, then ``all``; tokens in k and M) and a table per
+    budget axis (a row per budget, a column per configuration, the plateau
+    last). ``report.md`` has the same figures unabridged."""
     from rich.table import Table
 
+    def table(title: str) -> Table:
+        console.print(title, style="bold")  # above the table: a title inside wraps to its width
+        # no rules: one space between columns keeps a configuration within 80 columns
+        return Table(
+            box=None,
+            pad_edge=False,
+            padding=(0, 1),
+            collapse_padding=True,
+            header_style="bold underline",
+        )
+
     rows = group_rows(results, seed=seed)
-    table = Table(title="Scores by model × policy × task × length", title_justify="left")
-    for index, header in enumerate(GROUP_HEADERS):
-        table.add_column(header, justify="right" if index >= 3 else "left", no_wrap=index < 3)
-    for row in rows:
-        table.add_row(*group_cells(row), style="bold" if row.task == ALL else None)
-    console.print(table)
+    configs = list(dict.fromkeys(row.config for row in rows))
+    for config in configs:
+        main = table(f"{config}: means per trial")
+        for index, header in enumerate(TERMINAL_HEADERS):
+            if index == 0:  # 13 columns: niah_single_1 whole at 80 columns
+                main.add_column(header, min_width=13)
+            else:
+                main.add_column(header, justify="right", no_wrap=True)
+        for row in rows:
+            if row.config == config:
+                main.add_row(*_terminal_cells(row), style="bold" if row.task == ALL else None)
+        console.print(main)
+    models = list(dict.fromkeys(row.model for row in rows))
     curves = expenditure_curves(results, gain=gain)
     for axis in AXES:
         if nothing_spent(curves, axis):
-            console.print(f"{AXIS_TITLES[axis].capitalize()}: nothing spent (a local model).")
+            title = AXIS_TITLES[axis]
+            console.print(f"{title[0].upper()}{title[1:]}: nothing spent (a local model).")
             continue
-        headers, cells = curve_table(curves, axis)
-        axis_table = Table(title=_axis_heading(axis, gain), title_justify="left")
-        for index, header in enumerate(headers):
-            axis_table.add_column(
-                header, justify="left" if index == 0 else "right", no_wrap=index == 0
+        mine = [c for c in curves if c.axis == axis]
+        grid = table(_axis_heading(axis, gain, models[0] if len(models) == 1 else ""))
+        grid.add_column("budget", justify="right", no_wrap=True)
+        for curve in mine:  # one model: its policies name the columns
+            grid.add_column(
+                curve.config.split(" · ")[-1] if len(models) == 1 else curve.config, justify="right"
             )
-        for line in cells:
-            axis_table.add_row(*line)
-        console.print(axis_table)
+        for index, (budget, _) in enumerate(mine[0].points):
+            cells = [f"{c.points[index][1]:.2f}" for c in mine]
+            grid.add_row(_short_budget(axis, budget), *cells)
+        grid.add_section()
+        grid.add_row("plateau", *(_plateau_text(c, _short_budget) for c in mine))
+        console.print(grid)
+
+
+def _plateau_text(curve: Curve, budget: Callable[[Axis, float], str]) -> str:
+    if curve.free:
+        return "—"
+    return "still climbing" if curve.plateau is None else budget(curve.axis, curve.plateau)
 
 
 def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

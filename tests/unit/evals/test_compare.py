@@ -117,7 +117,10 @@ def test_the_rendered_comparison_shows_the_difference_and_a_verdict() -> None:
     render_comparison(compare(side("context", A_SCORES, 100), side("repl", B_SCORES, 300)), console)
     text = console.export_text()
     assert "A: m · context" in text and "B: m · repl" in text
-    assert "+0.400 [+0.000, +0.800]" in text and "2/0/3" in text
+    cells = [line.split() for line in text.splitlines()]
+    assert ["all", "5", "0.40", "0.80", "+0.40", "[+0.00,", "+0.80]", "2/0/3"] in cells
+    # B spent 200 more output tokens per item, nothing more in cost, 2 s more
+    assert ["all", "5", "+200", "+200", "0", "+2.0"] in cells
     assert "No clear difference: the 95% interval [+0.000, +0.800] holds 0." in text
     worse = compare(side("a", [1.0] * 8, 1), side("b", [0.0] * 8, 1))
     console = Console(record=True, width=200, color_system=None)

@@ -126,17 +126,47 @@ def test_the_rendered_report_shows_the_tables() -> None:
     console = Console(record=True, width=240, color_system=None)
     render_report(small_run(), console)
     text = console.export_text()
-    assert "0.500 [" in text and "0.625 [" in text
-    assert "Mean score within budget: output tokens" in text
-    assert "Mean score within budget: cost (USD)" in text
-    assert "still climbing" in text
+    assert "m · repl: means per trial" in text and "m · context: means per trial" in text
+    # repl at 4k: n 3, score 0.5, 2k input, 200 output, 500 cached, $0.02, 4 s, 1 sub, 1 fail
+    cells = [line.split() for line in text.splitlines()]
+    assert [
+        "niah",
+        "4k",
+        "3",
+        "0.50",
+        "[0.00–1.00]",
+        "2k",
+        "200",
+        "500",
+        "$0.02",
+        "4",
+        "1",
+        "1",
+    ] in cells
+    # all four repl trials: 2.5k input, $0.025, 5 s, 0.75 sub-agents; 0.625 shows as 0.62
+    assert [
+        "all",
+        "4",
+        "0.62",
+        "[0.25–1.00]",
+        "2.5k",
+        "250",
+        "375",
+        "$0.025",
+        "5",
+        "0.75",
+        "1",
+    ] in cells
+    assert "Mean score within budget of m: output tokens" in text
+    assert "Mean score within budget of m: cost (USD)" in text
+    assert "plateau still climbing" in text
 
 
 def test_a_free_axis_says_nothing_was_spent() -> None:
     run = [trial("a", 1.0, output_tokens=10, wall_s=1.0), trial("b", 0.0, output_tokens=20)]
     console = Console(record=True, width=200, color_system=None)
     render_report(run, console)
-    assert "Cost (usd): nothing spent" in console.export_text()
+    assert "Cost (USD): nothing spent (a local model)." in console.export_text()
     assert "Nothing spent (a local model)." in report_markdown(run)
 
 
