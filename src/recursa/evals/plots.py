@@ -125,9 +125,10 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
             label=f"{curve.config} (n={curve.n})",
             gid=gid,
         )
-        if curve.plateau is not None:
-            at = max(i for i, x in enumerate(xs) if x <= curve.plateau)
-            ax.scatter([curve.plateau], [ys[at]], color=colour, s=40, zorder=3, edgecolors="black")
+        # a plateau at zero (flat from a trial that spent nothing) is off a log axis
+        if curve.plateau is not None and curve.plateau >= low:
+            at = [y for x, y in zip(xs, ys, strict=True) if x <= curve.plateau]
+            ax.scatter([curve.plateau], [at[-1]], color=colour, s=40, zorder=3, edgecolors="black")
             plateaus = True
     ax.set_xlabel(f"budget: {title} per trial" + (" (log scale)" if log else ""))
     ax.set_ylabel("mean score within budget")
@@ -148,10 +149,14 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
 
 def write_plot(directory: Path, name: str, curves: Sequence[Curve], axis: Axis) -> list[Path]:
     """Draw one axis's figure and write it as ``NAME.png`` and ``NAME.svg``."""
+    import matplotlib
+
     fig = figure(curves, axis)
     paths = [directory / f"{name}{suffix}" for suffix in SUFFIXES]
-    for path in paths:
-        fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
+    # no date and fixed element ids: the same results write the same SVG
+    with matplotlib.rc_context({"svg.hashsalt": "recursa"}):
+        for path in paths:
+            fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
     return paths
 
 

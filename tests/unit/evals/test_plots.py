@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
 
 from recursa.errors import UsageError
@@ -95,3 +96,23 @@ def test_without_matplotlib_the_plots_are_one_line(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(UsageError, match=r"pip install 'recursa\[evals\]'"):
         plots.figure(curves(0.01), "cost")
+
+
+def test_trials_that_spent_nothing_start_the_curve(tmp_path: Path) -> None:
+    # an error before any call costs 0; nothing won: the plateau is at 0, off the axis
+    lost = [trial("a", 0.0, "repl", cost=0.0), trial("b", 0.0, "repl", cost=0.02)]
+    won = [trial("a", 1.0, "context", cost=0.0), trial("b", 1.0, "context", cost=0.5)]
+    fig = plots.figure(expenditure_curves(lost + won), "cost")
+    (ax,) = fig.axes
+    first, second = ax.get_lines()
+    assert numpy.asarray(second.get_ydata()).tolist() == [0.5, 1.0, 1.0]  # the free win first
+    assert numpy.asarray(first.get_ydata()).tolist() == [0.0, 0.0]
+    assert plots.write_plot(tmp_path, "cost", expenditure_curves(lost + won), "cost")
+
+
+def test_the_same_results_write_the_same_svg(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = plots.write_plot(tmp_path / "one", "p", curves(0.01), "wall_s")[1]
+    second = plots.write_plot(tmp_path / "two", "p", curves(0.01), "wall_s")[1]
+    assert first.read_bytes() == second.read_bytes()
