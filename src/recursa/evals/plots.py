@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recursa.errors import UsageError
-from recursa.evals.report import AXIS_TITLES, Axis, Curve
+from recursa.evals.figures import AXIS_TITLES, Axis, Curve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

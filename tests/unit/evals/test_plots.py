@@ -12,7 +12,7 @@ import pytest
 
 from recursa.errors import UsageError
 from recursa.evals import plots
-from recursa.evals.report import Curve, expenditure_curves
+from recursa.evals.figures import Curve, expenditure_curves
 from recursa.evals.trials import TrialResult
 
 

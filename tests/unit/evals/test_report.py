@@ -1,4 +1,4 @@
-"""The report's tables and files on hand-made results with hand-checked figures."""
+"""The report's figures, tables and files on hand-made results, checked by hand."""
 
 from __future__ import annotations
 
@@ -10,16 +10,8 @@ import pytest
 from rich.console import Console
 
 from recursa.errors import UsageError
-from recursa.evals.report import (
-    ALL,
-    budgets,
-    expenditure_curves,
-    group_rows,
-    render_report,
-    report_json,
-    report_markdown,
-    write_report,
-)
+from recursa.evals.figures import ALL, budgets, expenditure_curves, group_rows, report_json
+from recursa.evals.report import render_report, report_markdown, write_report
 from recursa.evals.trials import TrialResult, append_result, read_results
 
 
