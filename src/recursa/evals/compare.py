@@ -160,11 +160,17 @@ def _row(
 
 
 def compare(
-    results_a: Sequence[TrialResult], results_b: Sequence[TrialResult], *, seed: int = 0
+    results_a: Sequence[TrialResult],
+    results_b: Sequence[TrialResult],
+    *,
+    seed: int = 0,
+    labels: tuple[str, str] | None = None,
 ) -> Comparison:
     """Pair A and B on the items both ran; a :class:`UsageError` when either
     side holds an item twice (several configurations: :func:`select` first)
-    or when they share no item."""
+    or when they share no item. Each side is named by its configuration, or
+    by ``labels`` (two runs of one configuration, before and after a change
+    to the harness, share a configuration: name them by their directories)."""
     a = _by_item(results_a, "A")
     b = _by_item(results_b, "B")
     common = [key for key in a if key in b]
@@ -176,9 +182,10 @@ def compare(
         cells.setdefault((x.task, x.length), []).append((x, y))
     rows = [_row(task, length, cells[task, length], seed) for task, length in sorted(cells)]
     rows.append(_row(OVERALL, 0, pairs, seed))
+    label_a, label_b = labels or (_label(results_a), _label(results_b))
     return Comparison(
-        label_a=_label(results_a),
-        label_b=_label(results_b),
+        label_a=label_a,
+        label_b=label_b,
         rows=tuple(rows),
         only_a=len(a) - len(common),
         only_b=len(b) - len(common),

@@ -60,6 +60,11 @@ def test_the_paired_difference_is_the_hand_computed_one() -> None:
     assert overall.output_tokens == 200 and overall.total_tokens == 200
     assert overall.input_tokens == 0 and overall.wall_s == pytest.approx(2.0)
     assert (c.only_a, c.only_b) == (0, 0)
+    # one configuration run twice (the harness changed in between): named by the caller
+    before, after = side("repl", A_SCORES, 100), side("repl", B_SCORES, 100)
+    named = compare(before, after, labels=("runs/before", "runs/after"))
+    assert (named.label_a, named.label_b) == ("runs/before", "runs/after")
+    assert named.overall.difference == d
 
 
 def test_only_shared_items_pair_and_cells_split_by_task_and_length() -> None:
