@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recursa.errors import UsageError
-from recursa.evals.figures import AXIS_TITLES, Axis, Curve
+from recursa.evals.figures import AXIS_TITLES, DEFAULT_GAIN, Axis, Curve
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,7 +62,7 @@ def _tick(value: float, _position: float | None = None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
+def figure(curves: Sequence[Curve], axis: Axis, *, gain: float = DEFAULT_GAIN) -> Figure:
     """The figure for one axis: one labelled line per configuration (its
     plateau a dot, not a line), or a note when nothing was spent."""
     require_matplotlib()
@@ -141,17 +141,25 @@ def figure(curves: Sequence[Curve], axis: Axis) -> Figure:
                 [], [], linestyle="", marker="o", markerfacecolor="white", markeredgecolor="black"
             )
         )
-        labels.append("plateau (10% more budget adds < the gain)")
+        labels.append(f"plateau (10% more budget adds < {gain:g} to the mean score)")
     # below the axes: a legend inside would hide the curves it names
     fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
     return fig
 
 
-def write_plot(directory: Path, name: str, curves: Sequence[Curve], axis: Axis) -> list[Path]:
-    """Draw one axis's figure and write it as ``NAME.png`` and ``NAME.svg``."""
+def write_plot(
+    directory: Path,
+    name: str,
+    curves: Sequence[Curve],
+    axis: Axis,
+    *,
+    gain: float = DEFAULT_GAIN,
+) -> list[Path]:
+    """Draw one axis's figure and write it as ``NAME.png`` and ``NAME.svg``;
+    ``gain`` is the one the curves' plateaus were found with."""
     import matplotlib
 
-    fig = figure(curves, axis)
+    fig = figure(curves, axis, gain=gain)
     paths = [directory / f"{name}{suffix}" for suffix in SUFFIXES]
     # no date and fixed element ids: the same results write the same SVG
     with matplotlib.rc_context({"svg.hashsalt": "recursa"}):

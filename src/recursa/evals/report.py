@@ -308,7 +308,7 @@ def write_report(
     curves = expenditure_curves(results, gain=gain)
     written = [markdown, data]
     for axis in AXES:
-        written += plots.write_plot(directory, plot_name(axis), curves, axis)
+        written += plots.write_plot(directory, plot_name(axis), curves, axis, gain=gain)
     return written
 
 
