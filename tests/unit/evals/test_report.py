@@ -196,3 +196,19 @@ def test_nothing_to_report_is_one_line(tmp_path: Path) -> None:
         write_report(tmp_path, [])
     with pytest.raises(UsageError, match="no such results file"):
         read_results(tmp_path)
+
+
+def test_the_terminal_report_fits_eighty_columns_uncut() -> None:
+    run = [
+        trial(str(i), i % 2, task="niah_single_1", length=8192, model="anthropic/claude-x",
+              policy=policy, input_tokens=123_456, output_tokens=12_345, cached_tokens=99_999,
+              cost=0.0755, wall_s=123.4, subagents=2, status="error" if i else "ok")
+        for policy in ("repl-nocompact", "context-nosub+refine")
+        for i in range(12)
+    ]  # fmt: skip
+    console = Console(record=True, width=80, color_system=None)
+    render_report(run, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert not any("…" in line for line in lines)
+    assert lines[2].split()[:4] == ["niah_single_1", "8k", "12", "0.50"]

@@ -58,3 +58,9 @@ def test_the_plateau_of_trials_is_past_the_last_climb() -> None:
     # nothing won: flat from the first expenditure; no trials: nothing to say
     assert plateau_of([(0.0, 10.0), (0.0, 20.0)], gain=0.01) == 10.0
     assert plateau_of([], gain=0.01) is None
+
+
+def test_the_plateau_window_is_ten_percent_wide_and_no_wider() -> None:
+    # at 100, 10% more reaches 109 (both wins: +0.5) but not 110 (one win: +0.25)
+    assert plateau_of([(0.0, 50.0), (1.0, 100.0), (1.0, 109.0), (0.0, 200.0)], gain=0.5) == 100.0
+    assert plateau_of([(0.0, 50.0), (1.0, 100.0), (1.0, 110.0), (0.0, 200.0)], gain=0.5) == 50.0
