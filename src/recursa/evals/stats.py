@@ -7,7 +7,9 @@
 - :func:`solved_within` : items solved within an expenditure budget B (tokens,
   cost or seconds), for each B of a range: the score at fixed expenditure.
 - :func:`plateau` : the first budget past which 10% more budget adds less than
-  a set gain.
+  a set gain, read off a curve.
+- :func:`plateau_of` : the same question asked of the trials themselves, so the
+  answer does not depend on how finely the report samples budgets.
 
 Resampling uses its own seeded ``random.Random``: the same inputs and seed
 give the same interval.
@@ -16,6 +18,7 @@ give the same interval.
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -95,6 +98,42 @@ def plateau(curve: Sequence[tuple[float, float]], *, gain: float) -> float | Non
     return None
 
 
+def plateau_of(trials: Sequence[tuple[float, float]], *, gain: float) -> float | None:
+    """The budget past which 10% more budget never adds ``gain`` or more to
+    the mean score (``trials``: pairs of score and expenditure; the mean is
+    over all of them). None when the curve still climbs at its end, that is,
+    when the last climb ends at the largest expenditure observed.
+
+    The mean score within budget B is a step function of B, so 10% more than
+    B adds the score of the trials that spent in (B, 1.1·B]. That window
+    holds the most just before a trial's expenditure ``s`` enters it from the
+    right, when it is [s, 1.1·s). The plateau is the largest ``s`` whose window
+    still adds ``gain`` (past it, no window does); with no such ``s`` the curve
+    is flat from the smallest expenditure on. A flat start (nothing solved at
+    small budgets) is not a plateau: only what follows the last climb is.
+    """
+    if not trials:
+        return None
+    n = len(trials)
+    ordered = sorted(trials, key=lambda pair: pair[1])
+    spent = [s for _, s in ordered]
+    # prefix sums of the scores in expenditure order: a window's score in O(log n);
+    # s * 11 / 10, not s * 1.1: 100 * 1.1 is 110.00000000000001, past a trial at 110
+    prefix = [0.0]
+    for score, _ in ordered:
+        prefix.append(prefix[-1] + score)
+    climbs = [
+        s
+        for s in sorted(set(spent))
+        if s > 0
+        and (prefix[bisect_left(spent, s * 11 / 10)] - prefix[bisect_left(spent, s)]) / n >= gain
+    ]
+    if not climbs:
+        return spent[0]
+    last = climbs[-1]
+    return None if last == spent[-1] else last
+
+
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_RESAMPLES",
@@ -102,5 +141,6 @@ __all__ = [
     "bootstrap",
     "paired_bootstrap",
     "plateau",
+    "plateau_of",
     "solved_within",
 ]

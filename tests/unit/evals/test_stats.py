@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recursa.evals.stats import bootstrap, paired_bootstrap, plateau, solved_within
+from recursa.evals.stats import bootstrap, paired_bootstrap, plateau, plateau_of, solved_within
 
 
 def test_the_bootstrap_interval_holds_the_mean_and_is_deterministic_by_seed() -> None:
@@ -43,3 +43,24 @@ def test_the_plateau_is_where_ten_percent_more_budget_stops_paying() -> None:
     # within 10% after it: still climbing as far as the curve can tell
     assert plateau(curve, gain=0.01) is None
     assert plateau([(100.0, 1.0), (110.0, 2.0)], gain=0.1) is None
+
+
+def test_the_plateau_of_trials_is_past_the_last_climb() -> None:
+    # mean over 5 trials; wins at 100 and 300, nothing after: flat from 300 on
+    trials = [(1.0, 100.0), (0.0, 200.0), (1.0, 300.0), (0.0, 400.0), (0.0, 1000.0)]
+    assert plateau_of(trials, gain=0.01) == 300.0
+    # a win of 0.1 (0.5 / 5) counts only when the gain asked is at most 0.1
+    trials = [(1.0, 100.0), (0.5, 300.0), (0.0, 400.0), (0.0, 500.0), (0.0, 600.0)]
+    assert plateau_of(trials, gain=0.1) == 300.0
+    assert plateau_of(trials, gain=0.2) == 100.0
+    # the last win at the largest expenditure: still climbing
+    assert plateau_of([(0.0, 10.0), (1.0, 20.0)], gain=0.01) is None
+    # nothing won: flat from the first expenditure; no trials: nothing to say
+    assert plateau_of([(0.0, 10.0), (0.0, 20.0)], gain=0.01) == 10.0
+    assert plateau_of([], gain=0.01) is None
+
+
+def test_the_plateau_window_is_ten_percent_wide_and_no_wider() -> None:
+    # at 100, 10% more reaches 109 (both wins: +0.5) but not 110 (one win: +0.25)
+    assert plateau_of([(0.0, 50.0), (1.0, 100.0), (1.0, 109.0), (0.0, 200.0)], gain=0.5) == 100.0
+    assert plateau_of([(0.0, 50.0), (1.0, 100.0), (1.0, 110.0), (0.0, 200.0)], gain=0.5) == 50.0
