@@ -139,3 +139,42 @@ async def test_a_tree_token_limit_stops_a_trial_and_it_is_scored_zero(tmp_path: 
     [result] = await run.run()
     assert result.status == "limit" and result.score == 0.0 and result.answer is None
     assert result.input_tokens >= 1000
+
+
+async def test_with_refine_on_each_trial_teaches_its_configurations_harness(
+    tmp_path: Path,
+) -> None:
+    from recursa.store import Store
+
+    lesson = (
+        '[{"op": "create", "kind": "memory", "title": "secret-{n}", "content": '
+        '"secret numbers are two digits", "scope": "local", "reason": "seen", "effect": "faster"}]'
+    )
+    refinements: list[str] = []
+
+    def answer_or_refine(request: Request) -> FauxReply:
+        if request.system.startswith("You improve the harness"):
+            refinements.append(request.cache_key or "")
+            return reply(lesson.replace("{n}", str(len(refinements))))
+        return _answer(request.messages[0].text)  # type: ignore[union-attr]
+
+    register_script("refining", [], fallback=answer_or_refine)
+    plan = Plan(
+        suite="secrets",
+        models=("faux/refining",),
+        policies=(Policy(mode="context", refine=True),),
+        n=2,
+        limits=TrialLimits(time=60.0),
+    )
+    out = tmp_path / "run"
+    results = await Runner(plan, out, load_config(), Secrets(), in_process=True).run()
+    assert len(refinements) == 2
+    assert all(r.detail.endswith("1 edit(s) staged") for r in results), results
+    assert sum(r.score for r in results) == 2.0
+    home = out / "homes" / "faux-refining__context+refine"
+    store = Store.open(home / "recursa.db")
+    try:
+        titles = sorted(e.title for e in store.harness.entries())
+    finally:
+        store.close()
+    assert titles == ["secret-1", "secret-2"]
