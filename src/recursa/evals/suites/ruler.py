@@ -22,6 +22,7 @@ reads them back instead of generating again.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -73,26 +74,26 @@ _CACHE_FORMAT = 1
 
 
 def package_dir() -> Path:
+    """Where ``long_context_eval`` is installed (imported by name: it has no types)."""
     try:
-        import long_context_eval
+        package = importlib.import_module("long_context_eval")
     except ImportError:
         raise UsageError(INSTALL_HINT) from None
-    return Path(long_context_eval.__file__).parent
+    return Path(str(package.__file__)).parent
 
 
 def task_config(task: str) -> dict[str, Any]:
     """RULER's configuration of ``task``: its ``synthetic.yaml`` entry
     (``task`` family and ``args``) merged with the family's constants
     (``tokens_to_generate``, ``template`` with the answer prefix)."""
-    import yaml
-
-    from long_context_eval.data.synthetic.constants import TASKS as FAMILIES
-
+    yaml = importlib.import_module("yaml")  # RULER's config format; PyYAML comes with Jupyter
+    package_dir()
+    families = importlib.import_module("long_context_eval.data.synthetic.constants").TASKS
     configs = yaml.safe_load((package_dir() / "synthetic.yaml").read_text(encoding="utf-8"))
     if task not in configs:
         raise UsageError(f"unknown RULER task {task!r} (known: {', '.join(TASKS)})")
     config = dict(configs[task])
-    family = FAMILIES[config["task"]]
+    family = families[config["task"]]
     config["tokens_to_generate"] = family["tokens_to_generate"]
     config["template"] = family["template"] + family.get("answer_prefix", "")
     return config
@@ -139,7 +140,12 @@ def generate(
         }
         (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        command = [sys.executable, "-m", "recursa.evals.suites._generate", str(work / "request.json")]
+        command = [
+            sys.executable,
+            "-m",
+            "recursa.evals.suites._generate",
+            str(work / "request.json"),
+        ]
         try:
             done = subprocess.run(
                 command, capture_output=True, text=True, env=env, cwd=work, timeout=timeout
@@ -155,20 +161,22 @@ def generate(
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise UsageError(f"generating RULER {task} at {length} tokens failed: {last}")
         lines = (work / "items.jsonl").read_text(encoding="utf-8").splitlines()
-    return [_item(task, length, seed, tokenizer, json.loads(line)) for line in lines]
+    family = config["task"]
+    return [_item(task, family, length, seed, tokenizer, json.loads(line)) for line in lines]
 
 
-def _item(task: str, length: int, seed: int, tokenizer: Tokenizer, raw: dict[str, Any]) -> Item:
+def _item(
+    task: str, family: str, length: int, seed: int, tokenizer: Tokenizer, raw: dict[str, Any]
+) -> Item:
     prompt: str = raw["input"]
     start, end = raw["context_start"], raw["context_end"]
     context = prompt[start:end]
     before, after = prompt[:start].rstrip(), prompt[end:].lstrip()
-    family = task_config(task)["task"]
     references = tuple(str(r) for r in raw["outputs"])
     meta: dict[str, Any] = {
         "seed": seed,
         "tokenizer": tokenizer.name,
-        "tokens": raw.get("length"),
+        "tokens": int(raw["length"]) - int(task_config(task)["tokens_to_generate"]),
         "context_span": [start, end],
         "source": "RULER (nvidia-long-context-eval)",
     }
@@ -206,6 +214,8 @@ class RulerSuite:
 
     def items(self, lengths: Sequence[int], n: int, seed: int) -> list[Item]:
         package_dir()
+        if not lengths:
+            raise UsageError(f"{self.name} needs lengths in tokens (e.g. --lengths 4k,8k)")
         tokenizer = self.tokenizer or load_tokenizer()
         cache = self.cache_dir or default_cache()
         out: list[Item] = []
