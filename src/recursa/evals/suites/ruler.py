@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,11 +219,13 @@ class RulerSuite:
             raise UsageError(f"{self.name} needs lengths in tokens (e.g. --lengths 4k,8k)")
         tokenizer = self.tokenizer or load_tokenizer()
         cache = self.cache_dir or default_cache()
-        out: list[Item] = []
-        for length in lengths:
-            for task, count in deal(self.tasks, n):
-                out.extend(_cached(cache, task, length, count, seed, tokenizer))
-        return out
+        jobs = [(task, length, count) for length in lengths for task, count in deal(self.tasks, n)]
+        # Each generation is a subprocess that mostly computes on its own
+        # (niah builds a 6-million-word list first): run as many as there are cores.
+        workers = max(1, min(len(jobs), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ruler") as pool:
+            batches = pool.map(lambda job: _cached(cache, *job, seed, tokenizer), jobs)
+            return [item for batch in batches for item in batch]
 
     def score(self, item: Item, answer: str | None) -> float:
         return scoring.score(item.metric, answer, item.references)  # type: ignore[arg-type]
