@@ -224,7 +224,7 @@ class RulerSuite:
         # (niah builds a 6-million-word list first): run as many as there are cores.
         workers = max(1, min(len(jobs), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ruler") as pool:
-            batches = pool.map(lambda job: _cached(cache, *job, seed, tokenizer), jobs)
+            batches = pool.map(lambda j: _cached(cache, j[0], j[1], j[2], seed, tokenizer), jobs)
             return [item for batch in batches for item in batch]
 
     def score(self, item: Item, answer: str | None) -> float:
