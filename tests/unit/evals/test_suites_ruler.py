@@ -12,7 +12,7 @@ import pytest
 from recursa.errors import UsageError
 from recursa.evals.suites import _generate, ruler
 from recursa.evals.suites.ruler import RulerSuite, deal, generate
-from recursa.evals.tokens import Tokenizer, load_tokenizer
+from recursa.evals.tokens import ApproxTokenizer, Tokenizer, load_tokenizer
 from recursa.evals.trials import Item
 
 
@@ -152,3 +152,10 @@ def test_a_length_is_required() -> None:
 def test_ruler_suites_need_lengths() -> None:
     with pytest.raises(UsageError, match="ruler-vt needs lengths in tokens"):
         RulerSuite("ruler-vt", ("vt",)).items([], 1, 0)
+
+
+def test_the_approximate_tokenizer_drives_the_generators_too() -> None:
+    approx = ApproxTokenizer()
+    (item,) = generate("vt", 1024, 1, 1, approx)
+    assert item.meta["tokenizer"] == "approx-4char"
+    assert 0.8 * 1024 <= approx.count(item.prompt) <= 1024 - 30

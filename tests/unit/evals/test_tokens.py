@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,14 @@ def test_the_approximation_round_trips_and_counts_about_four_letters_a_token() -
 def test_a_bad_spec_is_refused() -> None:
     with pytest.raises(ValueError, match="not a tokenizer spec"):
         tokenizer_from_spec("hf:gpt2")
+
+
+def test_without_llama_cpp_the_approximation_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import fails
+    load_tokenizer.cache_clear()
+    try:
+        assert load_tokenizer(tmp_path).name == APPROX
+    finally:
+        load_tokenizer.cache_clear()
