@@ -159,3 +159,24 @@ def test_the_approximate_tokenizer_drives_the_generators_too() -> None:
     (item,) = generate("vt", 1024, 1, 1, approx)
     assert item.meta["tokenizer"] == "approx-4char"
     assert 0.8 * 1024 <= approx.count(item.prompt) <= 1024 - 30
+
+
+@pytest.mark.parametrize(
+    ("task", "in_context", "question_end"),
+    [
+        ("vt", "VAR ", "they are: "),
+        ("cwe", "1. ", "the top 10 words that appear most often in the list are:"),
+        ("fwe", "... ", "the three most frequently appeared words are:"),
+    ],
+)
+def test_the_split_finds_the_context_after_a_few_shot_example(
+    task: str, in_context: str, question_end: str, tokenizer: Tokenizer
+) -> None:
+    (item,) = generate(task, 1024, 1, 9, tokenizer)
+    start, end = item.meta["context_span"]
+    assert item.prompt[:start] + item.context + item.prompt[end:] == item.prompt
+    assert item.prompt.endswith(item.prompt[end:]) and item.context.strip()
+    assert in_context in item.context
+    assert item.question.lower().endswith(question_end.lower())
+    # the few-shot example (vt, cwe) stays in the question, the context is the last one
+    assert item.prompt.rindex(item.context) == start

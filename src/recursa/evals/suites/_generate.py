@@ -29,6 +29,8 @@ progress; it also keeps their imports out of the caller.
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib
 import json
 import math
@@ -104,13 +106,19 @@ class RulerTokenizer:
         return self._tokenizer.decode(tokens)
 
 
-FORMATTED: dict[str, tuple[int, int]] = {}
-"""Each prompt a script formatted -> where its context starts in it and its length."""
+FORMATTED: dict[int, dict[bytes, tuple[int, int]]] = {}
+"""Each prompt a script formatted, by its length and digest: where its context
+starts in it and how long the context is. Digests, not the prompts: a script
+formats many candidates while it searches for the size that fits."""
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 class Template(str):
     """RULER's template that records, for each prompt it formats, where the
-    context begins. ``replace`` keeps the type (the needle task rewrites its
+    context is. ``replace`` keeps the type (the needle task rewrites its
     template for a single needle before formatting)."""
 
     def format(self, *args: Any, **kwargs: Any) -> str:
@@ -118,7 +126,8 @@ class Template(str):
         marker = self.find("{context}")
         if "context" in kwargs and marker >= 0:
             head = str.format(self[:marker], *args, **kwargs)
-            FORMATTED[text] = (len(head), len(str(kwargs["context"])))
+            span = (len(head), len(str(kwargs["context"])))
+            FORMATTED.setdefault(len(text), {})[_digest(text)] = span
         return text
 
     def replace(self, old: str, new: str, count: int = -1) -> Template:  # type: ignore[override]
@@ -129,10 +138,12 @@ def _context_span(sample: dict[str, Any]) -> tuple[int, int]:
     """Where the context of a written sample is: its prompt ends with one the
     script formatted (the few-shot example, if any, comes before it)."""
     text: str = sample["input"]
-    for formatted, (head, size) in FORMATTED.items():
-        if text.endswith(formatted):
-            start = len(text) - len(formatted) + head
-            return start, start + size
+    for size, spans in FORMATTED.items():
+        if size <= len(text):
+            span = spans.get(_digest(text[len(text) - size :]))
+            if span is not None:
+                start = len(text) - size + span[0]
+                return start, start + span[1]
     raise RuntimeError(f"sample {sample.get('index')}: its prompt was not formatted here")
 
 
@@ -182,8 +193,6 @@ def run(request: dict[str, Any]) -> None:
 def _patch_argparse() -> None:
     """Make the parsed ``--template`` a :class:`Template` (each script parses
     its own arguments at import, so this is the one place to reach it)."""
-    import argparse
-
     original = argparse.ArgumentParser.parse_args
 
     def parse_args(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
