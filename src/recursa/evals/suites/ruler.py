@@ -177,7 +177,7 @@ def _item(
     meta: dict[str, Any] = {
         "seed": seed,
         "tokenizer": tokenizer.name,
-        "tokens": int(raw["length"]) - int(task_config(task)["tokens_to_generate"]),
+        "tokens": tokenizer.count(prompt),
         "context_span": [start, end],
         "source": "RULER (nvidia-long-context-eval)",
     }
