@@ -36,7 +36,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -152,7 +152,7 @@ def _entry_point(name: str) -> metadata.EntryPoint | None:
     return None
 
 
-def adapt(found: Any, *, default_name: str) -> Suite:
+def adapt(found: object, *, default_name: str) -> Suite:
     """A :class:`Suite` from a module or object with ``items`` and ``score``."""
     if inspect.isclass(found):
         found = found()
@@ -168,8 +168,8 @@ class CustomSuite:
     """A user's suite behind the :class:`Suite` protocol."""
 
     name: str
-    source_items: Callable[..., Any]
-    source_score: Callable[[Item, str | None], Any]
+    source_items: Callable[..., Iterable[object]]
+    source_score: Callable[[Item, str | None], float]
 
     def items(self, lengths: Sequence[int], n: int, seed: int) -> list[Item]:
         if _takes_arguments(self.source_items):
@@ -182,7 +182,7 @@ class CustomSuite:
     def score(self, item: Item, answer: str | None) -> float:
         return float(self.source_score(item, answer))
 
-    def _item(self, entry: Any) -> Item:
+    def _item(self, entry: object) -> Item:
         if isinstance(entry, Item):
             return entry
         if not isinstance(entry, dict) or not {"id", "question", "references"} <= entry.keys():

@@ -1,10 +1,10 @@
 """Run one of RULER's generator scripts offline, in this (fresh) process.
 
-``python -m recursa.evals.suites._generate REQUEST.json`` where the request
-holds ``script`` (the generator's path), ``argv`` (its arguments, built from
-RULER's task config by :mod:`recursa.evals.suites.ruler`), ``tokenizer``
-(a :attr:`recursa.evals.tokens.Tokenizer.spec`) and ``out`` (where to write
-the samples, one JSON object a line).
+``python -m recursa.evals.suites._generate REQUEST.json`` where the file
+holds a :class:`Request` as JSON: the generator script, its arguments (built
+from RULER's task config by :mod:`recursa.evals.suites.ruler`), the
+tokenizer's :attr:`~recursa.evals.tokens.Tokenizer.spec` and where to write
+the samples, one JSON object a line.
 
 The scripts are written for NVIDIA's environment, so three things are put in
 their place before one runs:
@@ -39,6 +39,7 @@ import re
 import runpy
 import sys
 import types
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +174,39 @@ def _install_shims(tokenizer: Tokenizer) -> None:
     sys.modules["tokenizer"] = ruler_tokenizer
 
 
-def run(request: dict[str, Any]) -> None:
-    script = Path(request["script"])
-    _install_shims(tokenizer_from_spec(request["tokenizer"]))
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One generation, as the parent asks for it."""
+
+    script: str
+    """The generator, e.g. ``.../long_context_eval/data/synthetic/niah.py``."""
+    argv: tuple[str, ...]
+    """Its arguments; they hold ``--save_dir`` and ``--save_name``."""
+    save_dir: str
+    save_name: str
+    tokenizer: str
+    """A :attr:`~recursa.evals.tokens.Tokenizer.spec`."""
+    out: str
+    """Where the samples go, with ``context_start`` and ``context_end`` added."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Request:
+        raw = json.loads(text)
+        return cls(**{**raw, "argv": tuple(raw["argv"])})
+
+
+def run(request: Request) -> None:
+    script = Path(request.script)
+    _install_shims(tokenizer_from_spec(request.tokenizer))
     sys.path[:0] = [str(script.parent), str(script.parent.parent)]
-    sys.argv = [script.name, *request["argv"]]
+    sys.argv = [script.name, *request.argv]
     _patch_argparse()
     runpy.run_path(str(script), run_name="__main__")
-    save = Path(request["save_dir"]) / request["save_name"] / "validation.jsonl"
-    out = Path(request["out"])
+    save = Path(request.save_dir) / request.save_name / "validation.jsonl"
+    out = Path(request.out)
     with save.open(encoding="utf-8") as src, out.open("w", encoding="utf-8") as dst:
         for line in src:
             sample = json.loads(line)
@@ -205,7 +230,7 @@ def _patch_argparse() -> None:
 
 
 def main() -> None:
-    request = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    request = Request.from_json(Path(sys.argv[1]).read_text(encoding="utf-8"))
     # The scripts print progress and tqdm bars: keep stdout for nothing else.
     sys.stdout = sys.stderr
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -36,6 +36,7 @@ from typing import Any
 
 from recursa.errors import UsageError
 from recursa.evals import scoring
+from recursa.evals.suites._generate import Request
 from recursa.evals.tokens import Tokenizer, load_tokenizer
 from recursa.evals.trials import Item
 
@@ -83,21 +84,36 @@ def package_dir() -> Path:
     return Path(str(package.__file__)).parent
 
 
-def task_config(task: str) -> dict[str, Any]:
-    """RULER's configuration of ``task``: its ``synthetic.yaml`` entry
-    (``task`` family and ``args``) merged with the family's constants
-    (``tokens_to_generate``, ``template`` with the answer prefix)."""
+@dataclass(frozen=True, slots=True)
+class TaskConfig:
+    """RULER's configuration of one task: its ``synthetic.yaml`` entry and
+    its family's constants (``constants.py``)."""
+
+    family: str
+    """The generator script: ``niah``, ``variable_tracking``, ``qa`` ..."""
+    args: tuple[tuple[str, str], ...]
+    """The script's task arguments, e.g. ``("type_haystack", "essay")``."""
+    tokens_to_generate: int
+    template: str
+    """The ``base`` model template: the task template and the answer prefix."""
+
+
+def task_config(task: str) -> TaskConfig:
+    """RULER's configuration of ``task``, read from the installed package."""
     yaml = importlib.import_module("yaml")  # RULER's config format; PyYAML comes with Jupyter
     package_dir()
     families = importlib.import_module("long_context_eval.data.synthetic.constants").TASKS
     configs = yaml.safe_load((package_dir() / "synthetic.yaml").read_text(encoding="utf-8"))
     if task not in configs:
         raise UsageError(f"unknown RULER task {task!r} (known: {', '.join(TASKS)})")
-    config = dict(configs[task])
-    family = families[config["task"]]
-    config["tokens_to_generate"] = family["tokens_to_generate"]
-    config["template"] = family["template"] + family.get("answer_prefix", "")
-    return config
+    entry = configs[task]
+    family = families[entry["task"]]
+    return TaskConfig(
+        family=str(entry["task"]),
+        args=tuple((str(k), str(v)) for k, v in entry["args"].items()),
+        tokens_to_generate=int(family["tokens_to_generate"]),
+        template=str(family["template"]) + str(family.get("answer_prefix", "")),
+    )
 
 
 def generator_argv(task: str, length: int, n: int, seed: int, save_dir: Path) -> list[str]:
@@ -111,13 +127,13 @@ def generator_argv(task: str, length: int, n: int, seed: int, save_dir: Path) ->
         "--tokenizer_path", "recursa",
         "--tokenizer_type", "recursa",
         "--max_seq_length", str(length),
-        "--tokens_to_generate", str(config["tokens_to_generate"]),
+        "--tokens_to_generate", str(config.tokens_to_generate),
         "--num_samples", str(n),
         "--random_seed", str(seed),
-        "--template", config["template"],
+        "--template", config.template,
     ]  # fmt: skip
-    for key, value in config["args"].items():
-        argv += [f"--{key}", str(value)]
+    for key, value in config.args:
+        argv += [f"--{key}", value]
     return argv
 
 
@@ -128,18 +144,18 @@ def generate(
     if length <= 0:
         raise UsageError(f"RULER task {task} needs a length in tokens (e.g. --lengths 4k)")
     config = task_config(task)
-    script = package_dir() / "data" / "synthetic" / f"{config['task']}.py"
+    script = package_dir() / "data" / "synthetic" / f"{config.family}.py"
     with tempfile.TemporaryDirectory(prefix="recursa-ruler-") as tmp:
         work = Path(tmp)
-        request = {
-            "script": str(script),
-            "argv": generator_argv(task, length, n, seed, work),
-            "save_dir": str(work),
-            "save_name": task,
-            "tokenizer": tokenizer.spec,
-            "out": str(work / "items.jsonl"),
-        }
-        (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        request = Request(
+            script=str(script),
+            argv=tuple(generator_argv(task, length, n, seed, work)),
+            save_dir=str(work),
+            save_name=task,
+            tokenizer=tokenizer.spec,
+            out=str(work / "items.jsonl"),
+        )
+        (work / "request.json").write_text(request.to_json(), encoding="utf-8")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         command = [
             sys.executable,
@@ -162,8 +178,7 @@ def generate(
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise UsageError(f"generating RULER {task} at {length} tokens failed: {last}")
         lines = (work / "items.jsonl").read_text(encoding="utf-8").splitlines()
-    family = config["task"]
-    return [_item(task, family, length, seed, tokenizer, json.loads(line)) for line in lines]
+    return [_item(task, config.family, length, seed, tokenizer, json.loads(line)) for line in lines]
 
 
 def _item(
