@@ -71,15 +71,18 @@ def test_each_metric_scores_a_reference_answer_1_and_a_wrong_one_0(niah: list[It
 def test_generated_items_are_cached_and_read_back(
     tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    suite = RulerSuite("ruler-cwe", ("cwe",), tmp_path, tokenizer)
+    told: list[str] = []
+    suite = RulerSuite("ruler-cwe", ("cwe",), tmp_path, tokenizer, told.append)
     made = suite.items([1024], 1, 5)
     assert len(list((tmp_path / "ruler").glob("cwe-1024-n1-s5-*.jsonl"))) == 1
+    assert told == ["generating RULER cwe at 1024 tokens (1 item)"]
 
     def refuse(*args: object) -> list[Item]:
         raise AssertionError("regenerated")
 
     monkeypatch.setattr(ruler, "generate", refuse)
     assert suite.items([1024], 1, 5) == made
+    assert len(told) == 1  # nothing generated the second time
 
 
 def test_n_is_dealt_over_the_tasks() -> None:

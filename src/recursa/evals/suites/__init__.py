@@ -46,7 +46,7 @@ from recursa.errors import UsageError
 from recursa.evals.suites.qa import QASuite, scores
 from recursa.evals.suites.ruler import SUITES as RULER_SUITES
 from recursa.evals.suites.ruler import TASKS as RULER_TASKS
-from recursa.evals.suites.ruler import RulerSuite
+from recursa.evals.suites.ruler import Progress, RulerSuite
 from recursa.evals.trials import Item, Suite
 
 ENTRY_POINT_GROUP = "recursa.eval_suites"
@@ -65,20 +65,23 @@ def suite_names() -> list[str]:
     return [*_ruler_groups(), *QA_SUITES]
 
 
-def load_suite(name_or_path: str, *, cache_dir: Path | None = None) -> Suite:
+def load_suite(
+    name_or_path: str, *, cache_dir: Path | None = None, progress: Progress | None = None
+) -> Suite:
     """The suite ``name_or_path`` names (see the module docstring).
 
     ``cache_dir`` is where built-in suites keep generated items (``None``:
-    ``$RECURSA_HOME/evals/cache``). Raises :class:`UsageError` (one line) for
+    ``$RECURSA_HOME/evals/cache``); ``progress`` is told, in a line, what a
+    built-in suite generates (not what it reads from the cache). Raises :class:`UsageError` (one line) for
     a name that is none of these, a module that does not import, or one
     without ``items`` and ``score``.
     """
     name = name_or_path.strip()
     groups = _ruler_groups()
     if name in groups:
-        return RulerSuite(name, groups[name], cache_dir=cache_dir)
+        return RulerSuite(name, groups[name], cache_dir=cache_dir, progress=progress)
     if name in QA_SUITES:
-        return QASuite(name, cache_dir=cache_dir)
+        return QASuite(name, cache_dir=cache_dir, progress=progress)
     target, _, attr = name.partition(":") if not _is_windows_drive(name) else (name, "", "")
     if target.endswith(".py") or Path(target).is_file():
         module = _import_file(Path(target))
@@ -219,4 +222,12 @@ def _takes_arguments(function: Callable[..., Any]) -> bool:
     )
 
 
-__all__ = ["ENTRY_POINT_GROUP", "CustomSuite", "adapt", "load_suite", "scores", "suite_names"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "CustomSuite",
+    "Progress",
+    "adapt",
+    "load_suite",
+    "scores",
+    "suite_names",
+]

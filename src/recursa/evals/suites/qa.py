@@ -181,6 +181,7 @@ class QASuite:
     name: str
     cache_dir: Path | None = None
     tokenizer: Tokenizer | None = field(default=None, repr=False)
+    progress: ruler.Progress | None = None
 
     def items(self, lengths: Sequence[int], n: int, seed: int) -> list[Item]:
         tokenizer = self.tokenizer or load_tokenizer()
@@ -191,6 +192,8 @@ class QASuite:
             if path.is_file():
                 out.extend(ruler.read_items(path))
                 continue
+            if self.progress is not None:
+                self.progress(f"building {self.name} at {length} tokens ({ruler.count_items(n)})")
             data = load_dataset(self.name)
             numbers = random.Random(seed).sample(
                 range(len(data.questions)), min(n, len(data.questions))

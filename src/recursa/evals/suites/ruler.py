@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +70,9 @@ SUITES: dict[str, tuple[str, ...]] = {
     "ruler-qa": ("qa_1", "qa_2"),
     "ruler": TASKS,
 }
+
+Progress = Callable[[str], None]
+"""Told, in a line, what a suite is generating (it may take a minute)."""
 
 METRIC_OF_FAMILY: dict[str, scoring.Metric] = {"qa": "string_match_part"}
 _CACHE_FORMAT = 1
@@ -227,6 +230,8 @@ class RulerSuite:
     cache_dir: Path | None = None
     """Where generated items are kept (``None``: ``$RECURSA_HOME/evals/cache``)."""
     tokenizer: Tokenizer | None = None
+    progress: Progress | None = None
+    """Told what is being generated (not what is read from the cache)."""
 
     def items(self, lengths: Sequence[int], n: int, seed: int) -> list[Item]:
         package_dir()
@@ -239,26 +244,31 @@ class RulerSuite:
         # (niah builds a 6-million-word list first): run as many as there are cores.
         workers = max(1, min(len(jobs), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ruler") as pool:
-            batches = pool.map(lambda j: _cached(cache, j[0], j[1], j[2], seed, tokenizer), jobs)
+            batches = pool.map(
+                lambda j: self._cached(cache, j[0], j[1], j[2], seed, tokenizer), jobs
+            )
             return [item for batch in batches for item in batch]
 
     def score(self, item: Item, answer: str | None) -> float:
         return scoring.score(item.metric, answer, item.references)  # type: ignore[arg-type]
+
+    def _cached(
+        self, cache: Path, task: str, length: int, n: int, seed: int, tok: Tokenizer
+    ) -> list[Item]:
+        path = cache / "ruler" / f"{task}-{length}-n{n}-s{seed}-{tok.name}-v{_CACHE_FORMAT}.jsonl"
+        if path.is_file():
+            return read_items(path)
+        if self.progress is not None:
+            self.progress(f"generating RULER {task} at {length} tokens ({count_items(n)})")
+        items = generate(task, length, n, seed, tok)
+        write_items(path, items)
+        return items
 
 
 def default_cache() -> Path:
     from recursa.config import load_config
 
     return load_config().home / "evals" / "cache"
-
-
-def _cached(cache: Path, task: str, length: int, n: int, seed: int, tok: Tokenizer) -> list[Item]:
-    path = cache / "ruler" / f"{task}-{length}-n{n}-s{seed}-{tok.name}-v{_CACHE_FORMAT}.jsonl"
-    if path.is_file():
-        return read_items(path)
-    items = generate(task, length, n, seed, tok)
-    write_items(path, items)
-    return items
 
 
 def write_items(path: Path, items: Sequence[Item]) -> None:
@@ -279,3 +289,7 @@ def read_items(path: Path) -> list[Item]:
         raw["references"] = tuple(raw["references"])
         items.append(Item(**raw))
     return items
+
+
+def count_items(n: int) -> str:
+    return f"{n} item" if n == 1 else f"{n} items"
