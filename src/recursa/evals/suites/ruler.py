@@ -72,7 +72,8 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 
 Progress = Callable[[str], None]
-"""Told, in a line, what a suite is generating (it may take a minute)."""
+"""Told, in a line, what a suite is generating (it may take a minute); called
+from the threads that wait for the generators, so it must be thread-safe."""
 
 METRIC_OF_FAMILY: dict[str, scoring.Metric] = {"qa": "string_match_part"}
 _CACHE_FORMAT = 1
