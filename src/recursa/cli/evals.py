@@ -163,8 +163,7 @@ def _run(plan: Plan, directory: Path) -> int:
     from recursa.evals.suites import load_suite
     from recursa.evals.trials import TrialResult
 
-    console = Console(stderr=True)
-    suite = load_suite(plan.suite)
+    console = Console(stderr=True, soft_wrap=True)  # paths stay whole: they are copied
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -176,6 +175,9 @@ def _run(plan: Plan, directory: Path) -> int:
         transient=False,
     )
     task = bar.add_task("generating items", total=None, last="")
+    suite = load_suite(
+        plan.suite, progress=lambda line: bar.update(task, last=line)
+    )  # told from worker threads: Progress is thread-safe
     scores: dict[str, list[float]] = {}
     started = time.monotonic()
 
@@ -219,7 +221,7 @@ def _run(plan: Plan, directory: Path) -> int:
         )
         return EXIT_INTERRUPTED
     console.print(f"done in {time.monotonic() - started:.0f} s: {directory / 'results.jsonl'}")
-    _report(directory, Console())
+    _report(directory, Console(soft_wrap=True))
     return EXIT_OK
 
 
