@@ -16,8 +16,12 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
 from daemon_kit import ok, unanswered_calls
-from recursa.daemon.client import DaemonClient
-from recursa.evals.export import export, write_chat_jsonl
+from recursa.config import load_config
+from recursa.daemon.client import DaemonClient, connect
+from recursa.errors import UsageError
+from recursa.evals.export import export, export_eval_dir, write_chat_jsonl
+from recursa.evals.trials import RESULTS_FILE, TrialResult, append_result
+from recursa.models.faux import code, per_session, register_script, reply
 from recursa.protocol.wire import CreateSession
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 
@@ -124,3 +128,48 @@ def test_the_export_is_what_each_model_saw_and_parses_as_openai_messages(
         loaded = json.loads(line)
         assert loaded == record
         adapter.validate_python(loaded["messages"])
+
+
+async def test_an_eval_directory_exports_each_trial_with_its_score(tmp_path: Path) -> None:
+    """Two trials in one evaluation home (sessions run in-process on a faux
+    script); a third result without a session has no record."""
+    register_script("trial", [], fallback=per_session(code("print(6 * 7)"), reply("42")))
+    directory = tmp_path / "run"
+    home = directory / "homes" / "faux-trial__repl"
+    config = load_config(overrides={"RECURSA_HOME": str(home)})
+    sessions = []
+    async with connect(config, in_process=True) as client:
+        for question in ("six times seven?", "seven times six?"):
+            info = await client.create_session(
+                CreateSession(task=question, model="faux/trial", cwd=str(tmp_path))
+            )
+            assert await client.wait_quiet(info.id, timeout=120)
+            sessions.append(info.id)
+    results = directory / RESULTS_FILE
+    for number, (session, score) in enumerate([(sessions[0], 1.0), (sessions[1], 0.0), ("", 0.0)]):
+        append_result(
+            results,
+            TrialResult(
+                trial=f"faux/trial|repl|q{number}", suite="s", item=f"q{number}", task="t",
+                length=0, model="faux/trial", policy="repl", seed=0, score=score,
+                status="ok" if session else "error", answer="42", references=("42",),
+                metric="exact_match", session=session,
+            ),
+        )  # fmt: skip
+
+    records = await export_eval_dir(
+        directory, home_for=lambda d, r: d / "homes" / "faux-trial__repl"
+    )
+    assert [(r["session"], r["trial"], r["score"], r["status"]) for r in records] == [
+        (sessions[0], "faux/trial|repl|q0", 1.0, "ok"),
+        (sessions[1], "faux/trial|repl|q1", 0.0, "ok"),
+    ]
+    for record in records:
+        assert [m["role"] for m in record["messages"]] == [
+            "system", "user", "assistant", "tool", "assistant"
+        ]  # fmt: skip
+        assert record["messages"][3]["content"] == "42\n"
+        assert record["messages"][-1] == {"role": "assistant", "content": "42"}
+
+    with pytest.raises(UsageError, match="no such evaluation home"):
+        await export_eval_dir(directory, home_for=lambda d, r: d / "homes" / "missing")
