@@ -29,18 +29,23 @@ What is not exactly as the model saw it, and why:
 - A session in the fenced-code protocol (models without native tool calls,
   such as the embedded ones) saw its code as ```python blocks in its replies
   and each cell's output as a user message; that is what it is exported as
-  (``protocol: "fenced"``, no ``tools``), since that is what it was trained
-  on by the run.
+  by default (``protocol: "fenced"``, no ``tools``). With ``as_tools`` it is
+  rewritten into the tools protocol, for training a model on tool calls:
+  the tools system prompt, each reply's text before its block with the
+  block as a ``python`` call (the session's own ``fenced_TURN_STEP`` call
+  id), each output as that call's ``tool`` result (without the fenced
+  protocol's ``Output:`` framing and answer hint).
 
 Records: ``session``, ``parent``, ``root``, ``name``, ``model``,
-``protocol`` (``tools`` | ``fenced``), ``messages``, ``tools`` (the
-``python`` tool as an OpenAI function, for ``tools`` sessions),
+``protocol`` (the session's: ``tools`` | ``fenced``), ``messages``,
+``tools`` (the ``python`` tool as an OpenAI function, when the messages use it),
 ``compactions``; for a trial of an evaluation also ``trial``, ``score``,
 ``status`` and ``item`` (on every session of the trial's tree).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO, cast
@@ -60,7 +65,7 @@ from recursa.protocol.events import (
 )
 from recursa.protocol.person_ops import SUBAGENTS_OF, SessionRef
 from recursa.protocol.wire import SessionInfo
-from recursa.session.cells import PYTHON_TOOL
+from recursa.session.cells import PYTHON_TOOL, parse_fenced
 from recursa.session.context import BASE_PROMPT, FENCED_PROMPT, Conversation
 
 View = Literal["full", "seen"]
@@ -80,11 +85,25 @@ def protocol_of(records: Iterable[EventRecord]) -> Protocol:
     return "tools"
 
 
+def as_tool_calls(event: AssistantReply) -> AssistantReply:
+    """A fenced reply as the same step in the tools protocol: the text before
+    its code block, and the call the session made of the block (its
+    ``fenced_TURN_STEP`` id and ``{"code": ...}`` arguments). A reply without
+    code (an answer) keeps its text."""
+    if not event.fenced:
+        return event
+    text = parse_fenced(event.text).kept
+    if event.tool_calls:
+        text = text.split("```", 1)[0].rstrip()
+    return dataclasses.replace(event, text=text, fenced=False)
+
+
 def _conversation(
-    records: Sequence[EventRecord], view: View
+    records: Sequence[EventRecord], view: View, as_tools: bool = False
 ) -> tuple[Conversation, list[dict[str, Any]]]:
     """The session's conversation, and its compactions as notes (``view="full"``)."""
-    conversation = Conversation(fenced=protocol_of(records) == "fenced")
+    fenced = protocol_of(records) == "fenced" and not as_tools
+    conversation = Conversation(fenced=fenced)
     notes: list[dict[str, Any]] = []
     for record in records:
         event = record.event
@@ -103,6 +122,8 @@ def _conversation(
                 }
             )
             continue
+        if as_tools and isinstance(event, AssistantReply):
+            event = as_tool_calls(event)
         conversation.apply(event, record.seq)
     # A session that stopped between a reply and its cells left calls with no
     # result; a chat transcript needs one for each (the session would add it too).
@@ -111,13 +132,13 @@ def _conversation(
 
 
 def session_messages(
-    records: Sequence[EventRecord], *, view: View = "full"
+    records: Sequence[EventRecord], *, view: View = "full", as_tools: bool = False
 ) -> list[dict[str, Any]]:
     """One session's stored events as OpenAI chat messages: the system prompt,
-    then the conversation (see the module docstring for what ``view`` changes
-    and what the system prompt holds). Pure: the records are all of one
-    session, in seq order."""
-    conversation, _notes = _conversation(records, view)
+    then the conversation (see the module docstring for what ``view`` and
+    ``as_tools`` change and what the system prompt holds). Pure: the records
+    are all of one session, in seq order."""
+    conversation, _notes = _conversation(records, view, as_tools)
     return _messages(conversation)
 
 
@@ -128,10 +149,15 @@ def _messages(conversation: Conversation) -> list[dict[str, Any]]:
 
 
 def session_record(
-    info: SessionInfo, records: Sequence[EventRecord], *, root: str, view: View = "full"
+    info: SessionInfo,
+    records: Sequence[EventRecord],
+    *,
+    root: str,
+    view: View = "full",
+    as_tools: bool = False,
 ) -> dict[str, Any]:
     """The chat-jsonl record of one session (see the module docstring)."""
-    conversation, notes = _conversation(records, view)
+    conversation, notes = _conversation(records, view, as_tools)
     model = info.model
     for stored in records:
         if isinstance(stored.event, SessionCreated):
@@ -143,7 +169,7 @@ def session_record(
         "root": root,
         "name": info.name,
         "model": model,
-        "protocol": "fenced" if conversation.fenced else "tools",
+        "protocol": protocol_of(records),
         "messages": _messages(conversation),
     }
     if not conversation.fenced:
@@ -166,7 +192,9 @@ async def session_tree(client: DaemonClient, ref: str) -> list[SessionInfo]:
     return tree
 
 
-async def export(client: DaemonClient, ref: str, *, view: View = "full") -> list[dict[str, Any]]:
+async def export(
+    client: DaemonClient, ref: str, *, view: View = "full", as_tools: bool = False
+) -> list[dict[str, Any]]:
     """The records of session ``ref`` and of its sub-agents (:func:`session_tree`
     order), read from the daemon's stored events (not followed: a session still
     running is exported as it stands)."""
@@ -176,7 +204,8 @@ async def export(client: DaemonClient, ref: str, *, view: View = "full") -> list
     exported = []
     for info in tree:
         records = [record async for record in client.events(info.id)]
-        exported.append(session_record(info, records, root=tree[0].id, view=view))
+        record = session_record(info, records, root=tree[0].id, view=view, as_tools=as_tools)
+        exported.append(record)
     return exported
 
 
@@ -191,13 +220,18 @@ def write_records(records: Iterable[dict[str, Any]], out: TextIO) -> int:
 
 
 async def write_chat_jsonl(
-    client: DaemonClient, refs: Sequence[str], out: TextIO, *, view: View = "full"
+    client: DaemonClient,
+    refs: Sequence[str],
+    out: TextIO,
+    *,
+    view: View = "full",
+    as_tools: bool = False,
 ) -> int:
     """``recursa export SESSION... --format chat-jsonl``: every session tree of
     ``refs`` written to ``out``; the number of records (sessions) written."""
     count = 0
     for ref in refs:
-        count += write_records(await export(client, ref, view=view), out)
+        count += write_records(await export(client, ref, view=view, as_tools=as_tools), out)
     return count
 
 
@@ -211,7 +245,7 @@ def _trial_fields(result: TrialResult) -> dict[str, Any]:
 
 
 async def export_eval_dir(
-    directory: Path, *, home_for: HomeFor, view: View = "full"
+    directory: Path, *, home_for: HomeFor, view: View = "full", as_tools: bool = False
 ) -> list[dict[str, Any]]:
     """The records of every trial in ``directory/results.jsonl``: each trial's
     session tree, read from the home ``home_for(directory, result)`` through
@@ -230,7 +264,7 @@ async def export_eval_dir(
         async with connect(config, in_process=True) as client:
             for result in trials:
                 try:
-                    records = await export(client, result.session, view=view)
+                    records = await export(client, result.session, view=view, as_tools=as_tools)
                 except NotFound:
                     raise UsageError(
                         f"{home}: no session {result.session} (for {result.trial})"
@@ -240,11 +274,17 @@ async def export_eval_dir(
 
 
 async def write_eval_chat_jsonl(
-    directory: Path, out: TextIO, *, home_for: HomeFor, view: View = "full"
+    directory: Path,
+    out: TextIO,
+    *,
+    home_for: HomeFor,
+    view: View = "full",
+    as_tools: bool = False,
 ) -> int:
     """``recursa export EVAL_DIR --format chat-jsonl``: :func:`export_eval_dir`
     written to ``out``; the number of records written."""
-    return write_records(await export_eval_dir(directory, home_for=home_for, view=view), out)
+    exported = await export_eval_dir(directory, home_for=home_for, view=view, as_tools=as_tools)
+    return write_records(exported, out)
 
 
 __all__ = [
@@ -252,6 +292,7 @@ __all__ = [
     "HomeFor",
     "Protocol",
     "View",
+    "as_tool_calls",
     "export",
     "export_eval_dir",
     "protocol_of",

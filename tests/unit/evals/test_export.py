@@ -212,3 +212,41 @@ def test_records_are_one_json_object_a_line_even_with_undecodable_text() -> None
     assert write_records(records, Sink()) == 2  # type: ignore[arg-type]
     assert [json.loads(line) for line in lines] == [{"a": "caf\udce9"}, {"b": 1}]
     assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines)
+
+
+def test_a_fenced_session_can_be_rewritten_as_tool_calls() -> None:
+    events = [
+        UserInput(text="2 ** 10?"),
+        AssistantReply(
+            text="Let me compute.\n```python\nprint(2 ** 10)\n```\nThe answer will be 1024.",
+            tool_calls=(call("fenced_1_1", "print(2 ** 10)"),),
+            fenced=True,
+            step=1,
+        ),
+        *cell(1, "fenced_1_1", "print(2 ** 10)", "1024\n"),
+        AssistantReply(text="FINAL ANSWER: 1024", fenced=True, step=2),
+    ]
+    records = log(*events)
+    messages = session_messages(records, as_tools=True)
+    assert messages == [
+        {"role": "system", "content": BASE_PROMPT},
+        {"role": "user", "content": "2 ** 10?"},
+        {
+            "role": "assistant",
+            "content": "Let me compute.",
+            "tool_calls": [
+                {
+                    "id": "fenced_1_1",
+                    "type": "function",
+                    "function": {"name": "python", "arguments": '{"code": "print(2 ** 10)"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "fenced_1_1", "content": "1024\n"},
+        {"role": "assistant", "content": "FINAL ANSWER: 1024"},
+    ]
+    MESSAGES.validate_python(messages)
+    info = SessionInfo("s-1", None, None, "idle", "local/x", "/w", 0.0, 0.0)
+    record = session_record(info, records, root="s-1", as_tools=True)
+    assert record["protocol"] == "fenced"
+    assert record["tools"][0]["function"]["name"] == "python"
