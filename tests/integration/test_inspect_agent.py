@@ -4,7 +4,9 @@ Inspect's own model (mockllm) is never called; nothing leaves the machine."""
 
 from __future__ import annotations
 
+import gc
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +66,17 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return attempts
 
 
-# Inspect's per-sample event emitter (inspect_ai/hooks/_hooks.py,
-# start_sample_event_emitter) leaves its receive stream for the collector to
-# close; anyio warns then, once per sample. Only that warning is let through.
-@pytest.mark.filterwarnings(
+INSPECT_LEAK = pytest.mark.filterwarnings(
     "ignore:Exception ignored in. <function MemoryObjectReceiveStream.__del__"
     ":pytest.PytestUnraisableExceptionWarning"
 )
+"""Inspect's per-sample event emitter (inspect_ai/hooks/_hooks.py,
+start_sample_event_emitter) leaves its receive stream for the collector to
+close, and anyio warns then, once per sample. Only that warning is let
+through; each test collects before it ends, so the warning falls in its scope."""
+
+
+@INSPECT_LEAK
 def test_an_inspect_task_runs_with_recursa_as_its_solver(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: list[Any]
 ) -> None:
@@ -115,3 +121,31 @@ def test_an_inspect_task_runs_with_recursa_as_its_solver(
         log.stats.model_usage["mockllm/model"].total_tokens == 0
     )
     assert no_network == []
+    gc.collect()
+
+
+@INSPECT_LEAK
+def test_a_sample_not_quiet_in_time_scores_as_unanswered_and_its_session_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INSPECT_DISPLAY", "none")
+    register_script("stuck", [code("import time\ntime.sleep(60)"), reply("never")])
+    task = Task(
+        dataset=MemoryDataset([Sample(id="slow", input="wait", target="x")]), scorer=match()
+    )
+    solver = recursa_agent(model="faux/stuck", in_process=True, timeout=1.0)
+    began = time.monotonic()
+
+    [log] = eval(
+        task, model="mockllm/model", solver=solver, log_dir=str(tmp_path / "logs"), display="none"
+    )
+
+    assert time.monotonic() - began < 40  # the 60 s cell was stopped, not waited for
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    [sample] = log.samples
+    assert sample.scores is not None and sample.scores["match"].value == "I"
+    summary = sample.store[STORE_KEY]
+    assert (summary["status"], summary["answer"], summary["calls"]) == ("timeout", None, 1)
+    assert sample.output.completion == ""
+    gc.collect()
