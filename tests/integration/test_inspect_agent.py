@@ -29,6 +29,12 @@ SAMPLES = [
         metadata={"document": "alpha\nbeta\ngamma\n"},
     ),
     Sample(id="wrong", input="What is 2 plus 2?", target="4"),
+    Sample(
+        id="file",
+        input="What is the last word of notes.txt?",
+        target="delta",
+        files={"notes.txt": "alpha beta\ngamma delta\n"},
+    ),
 ]
 
 
@@ -37,6 +43,9 @@ def respond(request: Request) -> FauxReply:
     (or an answer at once); the "wrong" one answers 5."""
     task = request.messages[0].text
     steps = sum(isinstance(m, AssistantMessage) for m in request.messages)
+    if "notes.txt" in task:
+        # The file from the sample's sandbox is in the kernel too.
+        return code("print(context.split()[-1])") if steps == 0 else reply("delta")
     if "6 times 7" in task:
         return code("print(6 * 7)") if steps == 0 else reply("42")
     if "document" in task:
@@ -84,8 +93,10 @@ def test_an_inspect_task_runs_with_recursa_as_its_solver(
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setenv("INSPECT_DISPLAY", "none")
     script = register_script("inspect", [], fallback=respond)
-    task = Task(dataset=MemoryDataset(SAMPLES), scorer=match())
-    solver = recursa_agent(model="faux/inspect", in_process=True, context_keys=["document"])
+    task = Task(dataset=MemoryDataset(SAMPLES), scorer=match(), sandbox="local")
+    solver = recursa_agent(
+        model="faux/inspect", in_process=True, context_keys=["document"], files=["notes.txt"]
+    )
 
     [log] = eval(
         task, model="mockllm/model", solver=solver, log_dir=str(tmp_path / "logs"), display="none"
@@ -94,9 +105,9 @@ def test_an_inspect_task_runs_with_recursa_as_its_solver(
     assert log.status == "success", log.error
     assert log.samples is not None
     scores = {sample.id: sample.scores["match"].value for sample in log.samples}  # type: ignore[index]
-    assert scores == {"mul": "C", "capital": "C", "lines": "C", "wrong": "I"}
+    assert scores == {"mul": "C", "capital": "C", "lines": "C", "wrong": "I", "file": "C"}
     assert log.results is not None
-    assert log.results.scores[0].metrics["accuracy"].value == 0.75
+    assert log.results.scores[0].metrics["accuracy"].value == 0.8
 
     by_id = {sample.id: sample for sample in log.samples}
     assert by_id["lines"].output.completion == "3"
@@ -104,7 +115,7 @@ def test_an_inspect_task_runs_with_recursa_as_its_solver(
     # Two model calls for a sample with a cell, one for the others: recursa's
     # accounting of each tree, in the store, the metadata and the output's usage.
     calls = {sid: sample.store[STORE_KEY]["calls"] for sid, sample in by_id.items()}
-    assert calls == {"mul": 2, "capital": 1, "lines": 2, "wrong": 1}
+    assert calls == {"mul": 2, "capital": 1, "lines": 2, "wrong": 1, "file": 2}
     for sample in log.samples:
         summary = sample.store[STORE_KEY]
         assert sample.metadata[STORE_KEY] == summary
@@ -116,7 +127,7 @@ def test_an_inspect_task_runs_with_recursa_as_its_solver(
         assert usage.total_tokens == summary["input_tokens"] + summary["output_tokens"]
     # recursa's model saw each task once as its first message; Inspect's never ran.
     firsts = [r.messages[0].text for r in script.requests if len(r.messages) == 1]
-    assert len(firsts) == 4
+    assert len(firsts) == 5
     assert "mockllm/model" not in log.stats.model_usage or (
         log.stats.model_usage["mockllm/model"].total_tokens == 0
     )

@@ -198,7 +198,11 @@ async def _contexts(
             raise UsageError(f"sample {state.sample_id}: metadata {key!r} is not text")
         placed.append(ContextFile(label=key, text=value))
     for name in files:
-        placed.append(ContextFile(label=name, text=await sandbox().read_file(name)))
+        try:
+            text = await sandbox().read_file(name)
+        except FileNotFoundError:
+            continue  # this sample has no such file
+        placed.append(ContextFile(label=name, text=text))
     return tuple(placed)
 
 
@@ -267,8 +271,9 @@ def recursa_agent(
     (None: the environment's). ``in_process``: host the runtime in this
     process instead of using the daemon. ``context_keys``: metadata keys whose
     text goes in the kernel; ``files``: paths in the sample's sandbox whose
-    text goes in the kernel. ``max_steps``, ``max_tokens``, ``max_time``: the
-    session's limits; ``timeout``: seconds to wait for the tree to go quiet
+    text goes in the kernel (a sample without one of them goes without it).
+    ``max_steps``, ``max_tokens``, ``max_time``: the session's limits;
+    ``timeout``: seconds to wait for the tree to go quiet
     (None: no limit; Inspect's own time limits apply too). ``workdir``: where
     each sample's working directory is made and kept (None: a temporary one).
     """
