@@ -124,6 +124,27 @@ def test_ctrl_c_keeps_the_finished_trials_and_resume_runs_the_rest(
     assert (out / "score-vs-total-tokens.png").read_bytes().startswith(b"\x89PNG")
     assert not daemon_running(homes[0])
 
+    # Every trial exports as a chat conversation with its score (the fake model
+    # speaks OpenAI's tool calls, so there are none here: it answered at once).
+    exported = tmp_path / "trials.jsonl"
+    export = subprocess.run(
+        [sys.executable, "-m", "recursa", "export", str(out), "--out", str(exported)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert export.returncode == 0, export.stderr
+    records = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert sorted((r["item"], r["score"]) for r in records) == [
+        (f"colour/0/{i}", 1.0) for i in range(3)
+    ]
+    for record in records:
+        roles = [m["role"] for m in record["messages"]]
+        assert roles == ["system", "user", "assistant"], roles
+        assert "The colour is" in record["messages"][1]["content"]
+
     compare = subprocess.run(
         eval_cmd("compare", str(out)), env=env, capture_output=True, text=True, check=False
     )

@@ -25,6 +25,7 @@ from recursa.errors import UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from recursa.evals.export import View
     from recursa.evals.plan import Plan
 
 eval_app = typer.Typer(
@@ -288,15 +289,59 @@ def compare(
 
 @app.command("export")
 def export(
-    what: Annotated[str, typer.Argument(help="A session (id, prefix or name) or a run's DIR.")],
+    what: Annotated[
+        list[str], typer.Argument(help="Sessions (id, prefix or name), or a run's DIR.")
+    ],
     format: Annotated[str, typer.Option("--format", help="chat-jsonl")] = "chat-jsonl",
     out: Annotated[Path | None, typer.Option(help="Write here (default: stdout).")] = None,
+    view: Annotated[
+        str,
+        typer.Option(
+            help="full: every step, compactions listed; seen: the context as the model last saw it."
+        ),
+    ] = "full",
+    as_tools: Annotated[
+        bool,
+        typer.Option(
+            "--as-tools",
+            help="Sessions of a fenced-code model (the embedded ones) as tool calls too.",
+        ),
+    ] = False,
 ) -> None:
-    """Trajectories as chat messages with tool calls (one JSON object per
-    session per line), for training: a session's tree, or every trial of a run."""
+    """Trajectories as chat messages with tool calls, one JSON object per
+    session per line, for training: sessions with their sub-agents, or every
+    trial of an evaluation run (with its score)."""
     if format != "chat-jsonl":
         raise UsageError(f"--format {format}: the one format is chat-jsonl")
-    from recursa.evals.export import export_command
+    from recursa.evals.export import VIEWS
 
-    count = asyncio.run(export_command(what, out))
+    if view not in VIEWS:
+        raise UsageError(f"--view {view}: one of {', '.join(VIEWS)}")
+    count = asyncio.run(_export(what, out, view, as_tools))
     print(f"recursa export: {count} conversation(s)", file=sys.stderr)
+
+
+async def _export(what: list[str], out: Path | None, view: View, as_tools: bool) -> int:
+    from recursa.config import load_config
+    from recursa.daemon.client import connect
+    from recursa.evals.export import write_chat_jsonl, write_eval_chat_jsonl
+    from recursa.evals.homes import home_of
+    from recursa.evals.trials import RESULTS_FILE
+
+    runs = [Path(w) for w in what if (Path(w) / RESULTS_FILE).is_file()]
+    if runs and len(runs) != len(what):
+        raise UsageError("give sessions or runs' directories, not both")
+    stream = sys.stdout if out is None else out.open("w", encoding="utf-8")
+    try:
+        if runs:
+            count = 0
+            for run in runs:
+                count += await write_eval_chat_jsonl(
+                    run, stream, home_for=home_of, view=view, as_tools=as_tools
+                )
+            return count
+        async with connect(load_config()) as client:
+            return await write_chat_jsonl(client, what, stream, view=view, as_tools=as_tools)
+    finally:
+        if out is not None:
+            stream.close()

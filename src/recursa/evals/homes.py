@@ -32,7 +32,7 @@ from typing import Any
 
 from recursa.config import CONFIG_FILE_NAME, Config
 from recursa.errors import ConfigError
-from recursa.evals.trials import Policy
+from recursa.evals.trials import Policy, TrialResult
 
 HOMES_DIR = "homes"
 WORK_DIR = "work"
@@ -53,6 +53,11 @@ def _slug(text: str) -> str:
 
 def home_for(out: Path, model: str, policy: Policy) -> Path:
     return out / HOMES_DIR / config_slug(model, policy)
+
+
+def home_of(out: Path, result: TrialResult) -> Path:
+    """The home a finished trial ran in (its result names the policy by label)."""
+    return out / HOMES_DIR / f"{_slug(result.model)}__{_slug(result.policy)}"
 
 
 def window_for(lengths: tuple[int, ...], base: int) -> int:
