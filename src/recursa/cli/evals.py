@@ -71,7 +71,7 @@ def run(
     lengths: Annotated[
         list[str] | None, typer.Option(help="Context lengths in tokens, e.g. 4k,8k.")
     ] = None,
-    n: Annotated[int, typer.Option("--n", help="Items per task and length.")] = 10,
+    n: Annotated[int, typer.Option("--n", help="Items per length (a suite's tasks take turns: ruler-niah --n 10 is 4+3+3).")] = 10,
     seed: Annotated[int, typer.Option(help="The items' seed.")] = 0,
     max_tokens: Annotated[
         int | None, typer.Option(help="Per trial: input+output tokens of its tree.")
