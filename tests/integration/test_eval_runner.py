@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from recursa.config import load_config
+from recursa.evals.figures import group_rows
 from recursa.evals.plan import Plan, TrialLimits
 from recursa.evals.runner import Progress, Runner
 from recursa.evals.scoring import exact_match
@@ -104,6 +105,18 @@ async def test_a_run_scores_every_item_under_every_policy(tmp_path: Path) -> Non
     assert {(r.calls, r.input_tokens, r.output_tokens) for r in by_policy["context"]} == {
         (1, 200, 3)
     }
+    # The report's table from these real results: exact, by hand.
+    rows = {(row.policy, row.task): row for row in group_rows(results)}
+    assert set(rows) == {(p, t) for p in ("repl", "context") for t in ("secret", "all")}
+    repl, context = rows["repl", "all"], rows["context", "all"]
+    assert (repl.score.mean, repl.score.n, repl.input_tokens, repl.output_tokens) == (
+        0.75,
+        4,
+        300.0,
+        8.0,
+    )
+    assert (context.score.mean, context.input_tokens, context.output_tokens) == (0.75, 200.0, 3.0)
+    assert repl.score.low <= 0.75 <= repl.score.high and repl.not_ok == 0
     # Each configuration had its home, with the policy in its config.toml.
     context_toml = (out / "homes" / "faux-evals__context" / "config.toml").read_text()
     assert "inline_input_share = 0.0" in context_toml
