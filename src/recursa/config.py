@@ -514,6 +514,14 @@ class ConfigFile(_Table):
     local: LocalTable = LocalTable()
 
 
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """The configuration file :func:`load_config` reads: ``RECURSA_CONFIG``, else
+    ``$RECURSA_HOME/config.toml``."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
+    return Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
+
+
 def load_config(
     env: Mapping[str, str] | None = None,
     *,
@@ -530,7 +538,7 @@ def load_config(
     if overrides:
         environ = {**environ, **overrides}
     home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
-    path = file or Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
+    path = file or config_path(environ)
     try:
         data = ConfigFile.model_validate(_read_toml(path))
     except ValidationError as exc:

@@ -191,3 +191,20 @@ async def test_with_refine_on_each_trial_teaches_its_configurations_harness(
     finally:
         store.close()
     assert titles == ["secret-1", "secret-2"]
+
+
+async def test_a_suite_whose_scoring_fails_fails_that_trial_only(tmp_path: Path) -> None:
+    class Brittle(Secrets):
+        def score(self, item: Item, answer: str | None) -> float:
+            if item.id.endswith("/1"):
+                raise KeyError("no such reference")
+            return super().score(item, answer)
+
+    register_script("evals", [], fallback=per_session(first, second))
+    plan = Plan(suite="secrets", models=(MODEL,), policies=(Policy(mode="context"),), n=3)
+    results = await Runner(plan, tmp_path / "run", load_config(), Brittle(), in_process=True).run()
+    by_item = {r.item: r for r in results}
+    assert by_item["secret/0/1"].status == "error" and by_item["secret/0/1"].score == 0.0
+    assert "KeyError" in by_item["secret/0/1"].detail
+    assert by_item["secret/0/0"].status == by_item["secret/0/2"].status == "ok"
+    assert by_item["secret/0/0"].metrics == {"exact_match": 1.0}

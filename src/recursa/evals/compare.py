@@ -24,8 +24,9 @@ from recursa.evals.trials import TrialResult, iter_groups
 if TYPE_CHECKING:
     from rich.console import Console
 
-PairKey = tuple[str, str, str, int]
-"""suite, item, task, length."""
+PairKey = tuple[str, int, str, str, int]
+"""suite, seed, item, task, length: an item id alone is the same under every
+seed (RULER's ``niah_single_1/4096/0``), so the seed is part of the pairing."""
 
 OVERALL = "all"
 
@@ -107,7 +108,7 @@ class Comparison:
 
 
 def _key(result: TrialResult) -> PairKey:
-    return (result.suite, result.item, result.task, result.length)
+    return (result.suite, result.seed, result.item, result.task, result.length)
 
 
 def _by_item(results: Sequence[TrialResult], side: str) -> dict[PairKey, TrialResult]:

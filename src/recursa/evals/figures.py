@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +64,8 @@ class GroupRow:
     wall_s: float
     subagents: float
     not_ok: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The mean of each metric the suite gives (HotpotQA: exact match and F1)."""
 
     @property
     def config(self) -> str:
@@ -115,7 +117,19 @@ def _row(
         wall_s=_mean([t.wall_s for t in trials]),
         subagents=_mean([t.subagents for t in trials]),
         not_ok=sum(t.status != "ok" for t in trials),
+        metrics={
+            name: _mean([t.metrics.get(name, 0.0) for t in trials])
+            for name in dict.fromkeys(name for t in trials for name in t.metrics)
+        },
     )
+
+
+def metric_names(results: Sequence[TrialResult]) -> list[str]:
+    """The metrics worth a table of their own: only when a suite gives more
+    than its one score (exact match beside F1); else none."""
+    if all(len(r.metrics) <= 1 for r in results):
+        return []
+    return list(dict.fromkeys(name for r in results for name in r.metrics))
 
 
 def group_rows(results: Sequence[TrialResult], *, seed: int = DEFAULT_SEED) -> list[GroupRow]:
@@ -196,6 +210,7 @@ def report_json(
             "wall_s": row.wall_s,
             "subagents": row.subagents,
             "not_ok": row.not_ok,
+            "metrics": row.metrics,
         }
         for row in group_rows(results, seed=seed)
     ]
@@ -227,6 +242,7 @@ __all__ = [
     "budgets",
     "expenditure_curves",
     "group_rows",
+    "metric_names",
     "report_json",
     "require",
     "spent_on",

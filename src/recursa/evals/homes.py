@@ -30,9 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recursa.config import CONFIG_FILE_NAME, Config
+from recursa.config import CONFIG_FILE_NAME, Config, config_path
 from recursa.errors import ConfigError
 from recursa.evals.trials import Policy, TrialResult
+from recursa.files import write_atomic
+from recursa.kernel.venv import KernelEnv
 
 HOMES_DIR = "homes"
 WORK_DIR = "work"
@@ -83,23 +85,31 @@ def overlay(policy: Policy, n_ctx: int, kernel_python: str | None) -> dict[str, 
 
 
 def prepare_home(
-    out: Path, model: str, policy: Policy, config: Config, lengths: tuple[int, ...]
+    out: Path,
+    model: str,
+    policy: Policy,
+    config: Config,
+    lengths: tuple[int, ...],
+    *,
+    source: Path | None = None,
 ) -> Path:
-    """Make (or update) the configuration's home and its ``config.toml``."""
+    """Make (or update) the configuration's home and its ``config.toml``, from
+    the person's file (``source``; default the one :func:`load_config` reads).
+    It may hold API keys: it is written 0600, as the person's should be."""
     home = home_for(out, model, policy)
     home.mkdir(parents=True, exist_ok=True)
-    source = config.home / CONFIG_FILE_NAME
+    source = source or config_path()
     try:
         base = tomllib.loads(source.read_text(encoding="utf-8")) if source.is_file() else {}
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
     kernel_python = None
-    managed = config.home / "kernel-env" / "bin" / "python"
+    managed = KernelEnv.of_home(config.home).python
     if config.kernel.python == "managed" and managed.exists():
         kernel_python = str(managed)
     tables = overlay(policy, window_for(lengths, config.local.n_ctx), kernel_python)
     merged = _merge(base, tables)
-    (home / CONFIG_FILE_NAME).write_text(to_toml(merged), encoding="utf-8")
+    write_atomic(home / CONFIG_FILE_NAME, to_toml(merged).encode("utf-8"), mode=0o600)
     return home
 
 

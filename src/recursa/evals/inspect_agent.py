@@ -45,7 +45,8 @@ from recursa.config import load_config
 from recursa.daemon.client import DaemonClient, connect
 from recursa.errors import ModelUnavailable, RecursaError, UsageError
 from recursa.evals.export import session_tree
-from recursa.protocol.wire import ContextFile, CreateSession, SessionInfo, UsageNode
+from recursa.evals.trials import descendants
+from recursa.protocol.wire import ContextFile, CreateSession, SessionInfo
 
 try:
     import anyio
@@ -160,10 +161,6 @@ def task_text(messages: Sequence[ChatMessage]) -> str:
     return "\n\n".join(f"{message.role}: {message.text}" for message in messages)
 
 
-def _subagents(node: UsageNode) -> int:
-    return sum(1 + _subagents(child) for child in node.children)
-
-
 def usage_of(summary: RunSummary) -> ModelUsage:
     """The tree's tokens as Inspect counts them (input without the cached part)."""
     return ModelUsage(
@@ -183,7 +180,8 @@ def _workspace(workdir: str | None, sample: str) -> Iterator[Path]:
         return
     root = Path(workdir).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    yield Path(tempfile.mkdtemp(prefix=f"{sample}-", dir=root))
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(sample))[:80]
+    yield Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=root))
 
 
 async def _contexts(
@@ -245,7 +243,7 @@ async def run_sample(
         cached_tokens=total.cached_tokens,
         cost=total.cost,
         unknown_cost_calls=total.unknown_cost_calls,
-        subagents=_subagents(tree),
+        subagents=descendants(tree),
         wall_s=round(time.monotonic() - began, 3),
     )
 

@@ -73,6 +73,14 @@ class Plan:
             raise UsageError("--n must be at least 1")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
+        limits = self.limits
+        if limits.time <= 0:
+            raise UsageError("a trial's time limit must be more than 0 seconds")
+        for name, value in (("tokens", limits.tokens), ("steps", limits.steps)):
+            if value is not None and value < 1:
+                raise UsageError(f"a trial's {name} limit must be at least 1")
+        if limits.cost is not None and limits.cost <= 0:
+            raise UsageError("a trial's cost limit must be more than 0")
         labels = [p.label for p in self.policies]
         if len(set(labels)) != len(labels):
             raise UsageError(f"the same policy is given twice: {', '.join(labels)}")
@@ -153,10 +161,18 @@ def _plan(raw: dict[str, Any], *, toml: bool) -> Plan:
         raise UsageError("suite must be a string")
     policies = raw.get("policy" if toml else "policies") or [{}]
     limits = raw.get("limits") or {}
-    if not isinstance(policies, list) or not isinstance(limits, dict):
-        raise UsageError("policy must be a list of tables and limits a table")
+    if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
+        raise UsageError("policy must be a list of tables ([[policy]])")
+    if not isinstance(limits, dict):
+        raise UsageError("limits must be a table")
     lengths = raw.get("lengths") or []
+    for key in ("models", "lengths"):
+        if not isinstance(raw.get(key, []), list):
+            raise UsageError(f"{key} must be a list, e.g. {key} = [...]")
     time = limits.get("time", DEFAULT_TRIAL_TIME)
+    cost = limits.get("cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
+        raise UsageError("limits.cost must be a number (USD)")
     return Plan(
         suite=raw["suite"],
         models=tuple(str(m) for m in raw.get("models") or ()),
@@ -166,7 +182,7 @@ def _plan(raw: dict[str, Any], *, toml: bool) -> Plan:
         seed=_int(raw.get("seed", 0), "seed"),
         limits=TrialLimits(
             tokens=_opt_int(limits.get("tokens"), "limits.tokens"),
-            cost=float(limits["cost"]) if limits.get("cost") is not None else None,
+            cost=None if cost is None else float(cost),
             time=(parse_duration(time, key="limits.time") or DEFAULT_TRIAL_TIME)
             if not isinstance(time, int | float)
             else float(time),

@@ -26,6 +26,7 @@ from recursa.evals.figures import (
     GroupRow,
     expenditure_curves,
     group_rows,
+    metric_names,
     report_json,
     require,
 )
@@ -204,6 +205,7 @@ def render_report(
         )
 
     rows = group_rows(results, seed=seed)
+    names = metric_names(results)
     configs = list(dict.fromkeys(row.config for row in rows))
     for config in configs:
         main = table(f"{config}: means per trial")
@@ -216,6 +218,14 @@ def render_report(
             if row.config == config:
                 main.add_row(*_terminal_cells(row), style="bold" if row.task == ALL else None)
         console.print(main)
+        if names:
+            extra = table(f"{config}: every metric, mean per trial")
+            for header in ("task", "len", "n", *names):
+                extra.add_column(header, justify="left" if header == "task" else "right")
+            for row in rows:
+                if row.config == config:
+                    extra.add_row(*_metric_cells(row, names))
+            console.print(extra)
     models = list(dict.fromkeys(row.model for row in rows))
     curves = expenditure_curves(results, gain=gain)
     for axis in AXES:
@@ -238,6 +248,15 @@ def render_report(
         console.print(grid)
 
 
+def _metric_cells(row: GroupRow, names: Sequence[str]) -> list[str]:
+    return [
+        row.task,
+        _length(row.length),
+        str(row.score.n),
+        *(f"{row.metrics.get(name, 0.0):.3f}" for name in names),
+    ]
+
+
 def _plateau_text(curve: Curve, budget: Callable[[Axis, float], str]) -> str:
     if curve.free:
         return "—"
@@ -258,6 +277,13 @@ def report_markdown(
     rows = group_rows(results, seed=seed)
     lines = ["# Evaluation report", "", f"{len(results)} trials.", "", "## Scores", ""]
     lines += _markdown_table(GROUP_HEADERS, [group_cells(row) for row in rows])
+    names = metric_names(results)
+    if names:
+        lines += ["## Every metric (mean per trial)", ""]
+        headers = ["model", "policy", "task", "length", "n", *names]
+        lines += _markdown_table(
+            headers, [[row.model, row.policy, *_metric_cells(row, names)] for row in rows]
+        )
     lines += ["## Score at fixed expenditure", ""]
     curves = expenditure_curves(results, gain=gain)
     for axis in AXES:

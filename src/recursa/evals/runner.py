@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from recursa.config import CONFIG_FILE_NAME, Config, environment, load_config
 from recursa.daemon import process
 from recursa.daemon.client import DaemonClient, connect
-from recursa.errors import RecursaError
+from recursa.errors import DaemonError, RecursaError, UsageError
 from recursa.evals.homes import WORK_DIR, prepare_home
 from recursa.evals.plan import Plan
 from recursa.evals.trials import (
@@ -48,15 +51,18 @@ from recursa.evals.trials import (
     TrialResult,
     TrialStatus,
     append_result,
+    descendants,
+    metrics_of,
     read_results,
     trial_key,
 )
 from recursa.protocol.events import TurnEnded
 from recursa.protocol.person_ops import REFINE, RefineSession
-from recursa.protocol.wire import ContextFile, CreateSession, UsageNode
+from recursa.protocol.wire import ContextFile, CreateSession
 
 log = logging.getLogger(__name__)
 
+LOCK_FILE = ".lock"
 WATCH_SECONDS = 1.0
 """How often a running trial's tree is checked against its limits."""
 LIMIT_REASONS = frozenset({"max_steps", "max_tokens", "max_time", "budget"})
@@ -116,8 +122,20 @@ class Runner:
         """Run every trial not yet in ``results.jsonl``; the ones finished now."""
         plan = self.plan
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / PLAN_FILE).write_text(plan.to_json() + "\n", encoding="utf-8")
-        items = await asyncio.to_thread(self.suite.items, plan.lengths, plan.n, plan.seed)
+        with _run_lock(self.out):
+            (self.out / PLAN_FILE).write_text(plan.to_json() + "\n", encoding="utf-8")
+            items = await asyncio.to_thread(self.suite.items, plan.lengths, plan.n, plan.seed)
+            twice = sorted(
+                i for i, count in Counter(item.id for item in items).items() if count > 1
+            )
+            if twice:
+                raise UsageError(
+                    f"suite {self.suite.name}: item ids repeat: {', '.join(twice[:5])}"
+                )
+            return await self._run_items(items)
+
+    async def _run_items(self, items: Sequence[Item]) -> list[TrialResult]:
+        plan = self.plan
         done = set()
         if self.results_path.exists():
             done = {result.trial for result in read_results(self.results_path)}
@@ -173,13 +191,14 @@ class Runner:
             return
         env = {**environment(), **overrides}
         await process.start(home, env=env, reuse=True)
-        clean = False
         try:
             async with DaemonClient(home) as client:
                 yield client
-            clean = True
         finally:
-            await asyncio.shield(process.stop(home, force=not clean))
+            # Every trial's session is stopped already: nothing to snapshot. A
+            # daemon slow to go is its own problem, not the next configuration's.
+            with contextlib.suppress(DaemonError):
+                await asyncio.shield(process.stop(home, force=True))
 
     async def _trial(self, client: DaemonClient, trial: Trial) -> TrialResult:
         item, policy, limits = trial.item, trial.policy, self.plan.limits
@@ -198,16 +217,21 @@ class Runner:
         )
         started = self.clock()
         info = await client.create_session(request)
-        stopped_for = await self._watch(client, info.id, started)
-        detail = ""
-        if policy.refine and stopped_for is None:
-            try:
-                reply = await client.call(REFINE, RefineSession(info.id))
-                detail = f"refinement {reply.refinement_id}: {len(reply.staged)} edit(s) staged"
-            except RecursaError as exc:
-                detail = f"refinement failed: {exc}"
-        wall = self.clock() - started
-        answer, reason, why = await _outcome(client, info.id)
+        try:
+            stopped_for = await self._watch(client, info.id, started)
+            detail = ""
+            if policy.refine and stopped_for is None:
+                try:
+                    reply = await client.call(REFINE, RefineSession(info.id))
+                    detail = f"refinement {reply.refinement_id}: {len(reply.staged)} edit(s) staged"
+                except RecursaError as exc:
+                    detail = f"refinement failed: {exc}"
+            wall = self.clock() - started
+            answer, reason, why = await _outcome(client, info.id)
+            usage = await client.usage(info.id)
+        finally:
+            with contextlib.suppress(RecursaError):
+                await asyncio.shield(client.stop(info.id))  # its kernels are not needed any more
         status: TrialStatus
         if stopped_for is not None:
             status, detail = "limit", f"the trial's {stopped_for} limit"
@@ -217,10 +241,14 @@ class Runner:
             status, detail = "limit", reason
         else:
             status, detail = "error", f"{reason or 'no turn end'}: {why}".strip(": ")
-        usage = await client.usage(info.id)
-        with contextlib.suppress(RecursaError):
-            await client.stop(info.id)  # its kernels are not needed any more
-        score = self.suite.score(item, answer) if answer is not None else 0.0
+        score, metrics = 0.0, {}
+        if answer is not None:
+            try:
+                score = float(self.suite.score(item, answer))
+                metrics = metrics_of(self.suite, item, answer)
+            except Exception as exc:  # a suite's scoring is its own code: it fails this trial only
+                status, detail = "error", f"the suite could not score the answer: {exc!r}"
+                score, metrics = 0.0, {}
         return TrialResult(
             trial=trial.key,
             suite=self.suite.name,
@@ -241,10 +269,11 @@ class Runner:
             cost=usage.total.cost,
             calls=usage.total.calls,
             wall_s=round(wall, 3),
-            subagents=_descendants(usage),
+            subagents=descendants(usage),
             session=info.id,
             detail=detail,
             finished_at=time.time(),
+            metrics=metrics,
         )
 
     async def _watch(self, client: DaemonClient, session: str, started: float) -> str | None:
@@ -286,9 +315,20 @@ async def _outcome(client: DaemonClient, session: str) -> tuple[str | None, str 
     return answer, reason, detail
 
 
-def _descendants(node: UsageNode) -> int:
-    return sum(1 + _descendants(child) for child in node.children)
+@contextlib.contextmanager
+def _run_lock(out: Path) -> Iterator[None]:
+    """Hold the run's directory: two runs appending to one ``results.jsonl``
+    (a second ``--resume``) would run the same trials twice and stop each
+    other's daemons. The lock goes with the process, however it ends."""
+    with (out / LOCK_FILE).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"{out}: another recursa eval is running on it") from None
+        yield
 
 
 def _dir_name(key: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in key)[:200]
+    """A directory for a trial's workspace: readable, and unique by a digest of its key."""
+    readable = "".join(c if c.isalnum() or c in "._-" else "_" for c in key)[:120]
+    return f"{readable}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"

@@ -63,11 +63,24 @@ def exact_match(answer: str | None, golds: Sequence[str]) -> float:
     return 1.0 if any(mine == normalised(gold) for gold in golds) else 0.0
 
 
-def f1(answer: str | None, golds: Sequence[str]) -> float:
-    """The best token F1 of the normalised answer against a normalised gold answer."""
+YES_NO = frozenset({"yes", "no", "noanswer"})
+"""HotpotQA's closed answers: its F1 gives no partial credit on them."""
+
+
+def f1(answer: str | None, golds: Sequence[str], *, yes_no: bool = False) -> float:
+    """The best token F1 of the normalised answer against a normalised gold
+    answer. ``yes_no`` (HotpotQA's official rule): when either side is yes,
+    no or noanswer and they differ, the F1 is 0, not a share of the words."""
     if not golds:
         raise ValueError("F1 needs at least one gold answer")
-    return max(_f1(normalised(cleaned(answer)).split(), normalised(g).split()) for g in golds)
+    mine = normalised(cleaned(answer))
+    best = 0.0
+    for gold in golds:
+        theirs = normalised(gold)
+        if yes_no and mine != theirs and (mine in YES_NO or theirs in YES_NO):
+            continue
+        best = max(best, _f1(mine.split(), theirs.split()))
+    return best
 
 
 def _f1(mine: list[str], gold: list[str]) -> float:

@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from recursa.errors import UsageError
+from recursa.protocol.wire import UsageNode
 
 Mode = Literal["repl", "context"]
 MODES: tuple[Mode, ...] = ("repl", "context")
 
 TrialStatus = Literal["ok", "limit", "error"]
 """``ok``: the model answered (right or wrong); ``limit``: a per-trial limit
-(tokens, cost, time, steps) ended it; ``error``: the provider or the harness
-failed. Every status is scored: an unanswered trial scores 0."""
+(tokens, cost, time, steps) ended it; ``error``: the session ended its turn
+without an answer (a provider error, a stuck model), or the suite could not
+score the answer. Every status is scored: an unanswered trial scores 0. (A
+trial the runner could not run at all, its daemon unreachable, is not a
+result: ``--resume`` runs it again.)"""
 
 RESULTS_FILE = "results.jsonl"
 PLAN_FILE = "plan.json"
@@ -66,6 +70,16 @@ class Suite(Protocol):
     def items(self, lengths: Sequence[int], n: int, seed: int) -> list[Item]: ...
 
     def score(self, item: Item, answer: str | None) -> float: ...
+
+
+def metrics_of(suite: Suite, item: Item, answer: str | None) -> dict[str, float]:
+    """Every metric a suite gives an answer: its ``scores(item, answer)`` when it
+    has one (HotpotQA and SQuAD: exact match and F1), else its one score, named
+    by the item's metric."""
+    scores = getattr(suite, "scores", None)
+    if callable(scores):
+        return {str(k): float(v) for k, v in scores(item, answer).items()}
+    return {item.metric: float(suite.score(item, answer))}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +133,8 @@ class TrialResult:
     session: str = ""
     detail: str = ""
     finished_at: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Every metric of the answer (``score`` is the suite's primary one)."""
 
     @property
     def config(self) -> str:
@@ -141,44 +157,69 @@ def result_to_json(result: TrialResult) -> str:
     return json.dumps(asdict(result), ensure_ascii=False, sort_keys=True)
 
 
-def result_from_dict(raw: dict[str, Any]) -> TrialResult:
-    """A result from its JSON object; unknown keys (a newer writer's) are ignored."""
+def result_from_dict(raw: object) -> TrialResult:
+    """A result from its JSON object; unknown keys (a newer writer's) are
+    ignored. Not an object, or missing a field: ``ValueError``."""
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
     values = {k: v for k, v in raw.items() if k in _FIELDS}
     values["references"] = tuple(values.get("references") or ())
+    values["metrics"] = dict(values.get("metrics") or {})
     return TrialResult(**values)
 
 
 def append_result(path: Path, result: TrialResult) -> None:
     """Append one line and make it durable before returning: a crash after
-    this keeps the trial."""
+    this keeps the trial. A line torn by an earlier crash (no line break at
+    the end of the file) is ended first, so it stays one bad line that
+    :func:`read_results` skips rather than swallowing this one."""
     line = result_to_json(result) + "\n"
+    if _ends_torn(path):
+        line = "\n" + line
     with path.open("a", encoding="utf-8") as stream:
         stream.write(line)
         stream.flush()
         os.fsync(stream.fileno())
 
 
+def _ends_torn(path: Path) -> bool:
+    try:
+        with path.open("rb") as stream:
+            if stream.seek(0, os.SEEK_END) == 0:
+                return False
+            stream.seek(-1, os.SEEK_END)
+            return stream.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
 def read_results(path: Path) -> list[TrialResult]:
     """Every whole line of a ``results.jsonl`` (or of the one in a directory).
-    A torn last line (a crash mid-write) is skipped; any other bad line is a
-    :class:`UsageError` naming its line number."""
+    A line that is not JSON (torn by a crash mid-write) is skipped; JSON that
+    is not a trial result is a :class:`UsageError` naming its line number."""
     if path.is_dir():
         path = path / RESULTS_FILE
     if not path.is_file():
         raise UsageError(f"{path}: no such results file")
     results: list[TrialResult] = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            results.append(result_from_dict(json.loads(line)))
+            raw = json.loads(line)
+        except ValueError:
+            continue  # torn by a crash while it was written: that trial runs again
+        try:
+            results.append(result_from_dict(raw))
         except (ValueError, TypeError) as exc:
-            if number == last:
-                continue  # torn by a crash while it was written
             raise UsageError(f"{path}:{number}: not a trial result ({exc})") from None
     return results
+
+
+def descendants(node: UsageNode) -> int:
+    """The sessions below ``node`` in a usage tree: a trial's sub-agents."""
+    return sum(1 + descendants(child) for child in node.children)
 
 
 def iter_groups(

@@ -131,3 +131,11 @@ def test_the_rendered_comparison_shows_the_difference_and_a_verdict() -> None:
     console = Console(record=True, width=200, color_system=None)
     render_comparison(worse, console)
     assert "B scores lower than A by 1.000 (95% interval below 0)." in console.export_text()
+
+
+def test_items_of_another_seed_never_pair() -> None:
+    """RULER's ids repeat under every seed (niah_single_1/4096/0): the seed pairs too."""
+    a = side("repl", A_SCORES, 10)
+    b = [trial(r.item, r.score, "context", seed=1) for r in side("context", B_SCORES, 10)]
+    with pytest.raises(UsageError, match="share no item"):
+        compare(a, b)

@@ -98,7 +98,10 @@ def test_a_home_keeps_the_persons_settings_under_the_policy(tmp_path: Path) -> N
     )
     config = load_config(overrides={"RECURSA_HOME": str(person)})
     policy = Policy(mode="context", compaction=False, subagents=False)
-    home = prepare_home(tmp_path / "run", "openai/x", policy, config, (8192,))
+    home = prepare_home(
+        tmp_path / "run", "openai/x", policy, config, (8192,), source=person / "config.toml"
+    )
+    assert (home / "config.toml").stat().st_mode & 0o777 == 0o600  # it may hold API keys
     written = (home / "config.toml").read_text()
     data = tomllib.loads(written)
     assert data["prices"]["openai/x"] == {"input": 1.5, "output": 2.0}

@@ -43,3 +43,11 @@ def test_squad_normalisation_exact_match_and_f1() -> None:
     assert f1("London", ["Paris"]) == 0.0
     assert f1("the", ["a"]) == 1.0  # both normalise to nothing
     assert score("f1", "Eiffel", ["Eiffel Tower"]) == pytest.approx(2 / 3)
+
+
+def test_hotpotqa_gives_no_partial_credit_on_yes_and_no() -> None:
+    assert f1("yes it is", ["yes"]) == 0.5  # SQuAD's F1: a share of the words
+    assert f1("yes it is", ["yes"], yes_no=True) == 0.0  # HotpotQA's official rule
+    assert f1("no", ["yes"], yes_no=True) == 0.0
+    assert f1("Yes.", ["yes"], yes_no=True) == 1.0
+    assert f1("the Eiffel tower", ["Eiffel Tower"], yes_no=True) == 1.0

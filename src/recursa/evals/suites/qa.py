@@ -167,10 +167,11 @@ def build_item(
 
 
 def scores(item: Item, answer: str | None) -> dict[str, float]:
-    """Exact match and F1 of an answer, after the standard normalisation."""
+    """Exact match and F1 of an answer, after the standard normalisation (and,
+    for HotpotQA, its rule that yes/no answers get no partial credit)."""
     return {
         "exact_match": scoring.exact_match(answer, item.references),
-        "f1": scoring.f1(answer, item.references),
+        "f1": scoring.f1(answer, item.references, yes_no=item.task == "hotpotqa"),
     }
 
 
@@ -204,4 +205,8 @@ class QASuite:
         return out
 
     def score(self, item: Item, answer: str | None) -> float:
-        return scoring.f1(answer, item.references)
+        """F1, the primary metric; :meth:`scores` gives exact match too."""
+        return scores(item, answer)["f1"]
+
+    def scores(self, item: Item, answer: str | None) -> dict[str, float]:
+        return scores(item, answer)
