@@ -14,7 +14,7 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
@@ -71,7 +71,12 @@ def run(
     lengths: Annotated[
         list[str] | None, typer.Option(help="Context lengths in tokens, e.g. 4k,8k.")
     ] = None,
-    n: Annotated[int, typer.Option("--n", help="Items per length (a suite's tasks take turns: ruler-niah --n 10 is 4+3+3).")] = 10,
+    n: Annotated[
+        int,
+        typer.Option(
+            "--n", help="Items per length (a suite's tasks take turns: ruler-niah --n 10 is 4+3+3)."
+        ),
+    ] = 10,
     seed: Annotated[int, typer.Option(help="The items' seed.")] = 0,
     max_tokens: Annotated[
         int | None, typer.Option(help="Per trial: input+output tokens of its tree.")
@@ -105,14 +110,27 @@ def run(
     )
 
     config = load_config()
+    given = {
+        "--model": model, "--mode": mode, "--lengths": lengths, "--max-tokens": max_tokens,
+        "--max-cost": max_cost, "--max-time": max_time, "--max-steps": max_steps,
+    }  # fmt: skip
+    planned = [name for name, value in given.items() if value is not None]
+    planned += [f"--{k}" for k, v in (("n", n != 10), ("seed", seed != 0)) if v]
+    planned += ["--concurrency"] if concurrency != 1 else []
+    planned += [] if compaction and subagents and not refine else ["the policy flags"]
     if resume is not None:
-        if suite is not None or out is not None:
-            raise UsageError("--resume DIR goes on with DIR's own plan: give no SUITE or --out")
+        if suite is not None or out is not None or planned:
+            raise UsageError(
+                f"--resume DIR goes on with DIR's own plan: give no SUITE, --out or "
+                f"{', '.join(planned) or 'plan option'}"
+            )
         plan, directory = read_saved_plan(resume), resume
     elif suite is None:
         raise UsageError("recursa eval run needs a SUITE or a plan file (or --resume DIR)")
     else:
         if suite.endswith(".toml"):
+            if planned:
+                raise UsageError(f"{suite} is the whole plan: give no {', '.join(planned)}")
             plan = read_plan_file(Path(suite))
         else:
             models = tuple(model or ()) or ((config.model,) if config.model else ())
@@ -283,7 +301,12 @@ def compare(
                 "choose two with --a and --b, or give two directories"
             )
         config_a, config_b = found
-    comparison = paired(select(results_a, config_a), select(results_b, config_b))
+    side_a, side_b = select(results_a, config_a), select(results_b, config_b)
+    labels = None
+    if b is not None and side_a[0].config == side_b[0].config:
+        # One configuration before and after a change: name the sides by their runs.
+        labels = (f"{side_a[0].config} ({a.name})", f"{side_b[0].config} ({b.name})")
+    comparison = paired(side_a, side_b, labels=labels)
     render_comparison(comparison, Console())
 
 
@@ -317,31 +340,40 @@ def export(
 
     if view not in VIEWS:
         raise UsageError(f"--view {view}: one of {', '.join(VIEWS)}")
-    count = asyncio.run(_export(what, out, view, as_tools))
-    print(f"recursa export: {count} conversation(s)", file=sys.stderr)
-
-
-async def _export(what: list[str], out: Path | None, view: View, as_tools: bool) -> int:
-    from recursa.config import load_config
-    from recursa.daemon.client import connect
-    from recursa.evals.export import write_chat_jsonl, write_eval_chat_jsonl
-    from recursa.evals.homes import home_of
     from recursa.evals.trials import RESULTS_FILE
 
     runs = [Path(w) for w in what if (Path(w) / RESULTS_FILE).is_file()]
     if runs and len(runs) != len(what):
         raise UsageError("give sessions or runs' directories, not both")
-    stream = sys.stdout if out is None else out.open("w", encoding="utf-8")
+    for name in what:
+        if not runs and ("/" in name or Path(name).is_dir()):
+            raise UsageError(f"{name}: not a run's directory (no {RESULTS_FILE})")
     try:
-        if runs:
-            count = 0
-            for run in runs:
-                count += await write_eval_chat_jsonl(
-                    run, stream, home_for=home_of, view=view, as_tools=as_tools
-                )
-            return count
-        async with connect(load_config()) as client:
-            return await write_chat_jsonl(client, what, stream, view=view, as_tools=as_tools)
+        stream = sys.stdout if out is None else out.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    try:
+        count = asyncio.run(_export(what, runs, stream, view, as_tools))
     finally:
         if out is not None:
             stream.close()
+    print(f"recursa export: {count} conversation(s)", file=sys.stderr)
+
+
+async def _export(
+    what: list[str], runs: list[Path], stream: TextIO, view: View, as_tools: bool
+) -> int:
+    from recursa.config import load_config
+    from recursa.daemon.client import connect
+    from recursa.evals.export import write_chat_jsonl, write_eval_chat_jsonl
+    from recursa.evals.homes import home_of
+
+    if runs:
+        count = 0
+        for run in runs:
+            count += await write_eval_chat_jsonl(
+                run, stream, home_for=home_of, view=view, as_tools=as_tools
+            )
+        return count
+    async with connect(load_config()) as client:
+        return await write_chat_jsonl(client, what, stream, view=view, as_tools=as_tools)

@@ -55,12 +55,12 @@ def test_json_that_is_not_a_result_is_one_line_naming_it(tmp_path: Path, line: s
 
 
 def test_one_run_at_a_time_in_a_directory(tmp_path: Path) -> None:
-    with _run_lock(tmp_path):
-        with (
-            pytest.raises(UsageError, match="another recursa eval is running"),
-            _run_lock(tmp_path),
-        ):
-            pass
+    with (
+        _run_lock(tmp_path),
+        pytest.raises(UsageError, match="another recursa eval is running"),
+        _run_lock(tmp_path),
+    ):
+        pass
     with _run_lock(tmp_path):  # released with the first
         pass
 
