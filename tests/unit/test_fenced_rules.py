@@ -367,3 +367,22 @@ async def test_a_sentence_with_an_unseen_value_or_broken_code_still_runs_as_code
     end = await h.turn("not-prose", steps)
     assert end.answer == "7"
     assert [f.status for f in h.of(CellFinished)] == ["ok", "error", "error"]
+
+
+async def test_only_the_answer_line_in_a_fence_is_the_answer_when_its_value_was_seen() -> None:
+    """Found by `recursa eval run ruler-niah` on the embedded model: it printed the
+    needle's number, then sent ```python\nFINAL ANSWER: 9521829``` until it was
+    stopped as stuck."""
+    h = Harness(fenced=True)
+    steps = [code("print(9521829)"), code("FINAL ANSWER: 9521829")]
+    end = await h.turn("marker-only", steps)
+    assert (end.reason, end.answer) == ("answered", "9521829")
+    assert len(h.of(CellStarted)) == 1  # the answer line was not run as code
+
+
+async def test_an_answer_line_alone_with_an_unseen_value_still_runs() -> None:
+    h = Harness(fenced=True)
+    steps = [code("print(1)"), code("FINAL ANSWER: 2"), reply("FINAL ANSWER: 1")] + [reply("1")]
+    end = await h.turn("marker-unseen", steps)
+    assert end.answer == "1"
+    assert [f.status for f in h.of(CellFinished)] == ["ok", "error"]

@@ -196,6 +196,16 @@ def stated_answer(code: str) -> str | None:
     return stated
 
 
+def marker_only(code: str) -> str | None:
+    """The answer a fenced block states when it holds nothing but answer
+    lines (``FINAL ANSWER: 9521829`` put in a fence): its value, else None.
+    Whether it is taken is the loop's call, as for :func:`stated_answer`."""
+    lines = [line for line in code.splitlines() if line.strip()]
+    if not lines or not all(_BARE_MARKER.match(line) for line in lines):
+        return None  # a comment is Python: it runs, and its stated answer is weighed after
+    return stated_answer(code)
+
+
 _PROSE = re.compile(r"[^\W\d_][\w'’-]*(?: +[^\s()\[\]{}=<>]+){3,}")
 _NOT_PROSE_START = frozenset(
     [

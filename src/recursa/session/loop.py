@@ -60,6 +60,7 @@ from recursa.session.cells import (
     CellRequest,
     check_tool_call,
     final_answer,
+    marker_only,
     parse_fenced,
     printed_answer,
     prose_cell,
@@ -214,6 +215,11 @@ def _read(done: Done, *, fenced: bool, turn: int, step: int, seen: Sequence[str]
             # A sentence in a python fence that ends on a value the model has seen
             # printed: the answer, as a reply without code.
             return _Reply((), [], final_answer(prose), 0, None, fenced=True)
+        marked = marker_only(parsed.code) if parsed.code is not None and parsed.complete else None
+        if marked is not None and _backed(marked, seen):
+            # Only the answer line, put in a fence: not Python, and the value was seen
+            # printed: the answer, as a reply without code (not a SyntaxError to loop on).
+            return _Reply((), [], marked, 0, None, fenced=True)
         if parsed.code is not None and parsed.complete:
             call = ToolCall(f"fenced_{turn}_{step}", "python", json.dumps({"code": parsed.code}))
             cell = CellRequest(
