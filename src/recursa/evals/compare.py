@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recursa.errors import UsageError
-from recursa.evals.stats import Interval, paired_bootstrap
+from recursa.evals.report import length_text
+from recursa.evals.stats import Interval, mean, paired_bootstrap
 from recursa.evals.trials import TrialResult, iter_groups
 
 if TYPE_CHECKING:
@@ -128,10 +129,6 @@ def _label(results: Sequence[TrialResult]) -> str:
     return " + ".join(configs(results))
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def _row(
     task: str, length: int, pairs: Sequence[tuple[TrialResult, TrialResult]], seed: int
 ) -> PairedRow:
@@ -139,15 +136,13 @@ def _row(
     b = [y.score for _, y in pairs]
 
     def delta(attribute: str) -> float:
-        return _mean(
-            [float(getattr(y, attribute)) - float(getattr(x, attribute)) for x, y in pairs]
-        )
+        return mean([float(getattr(y, attribute)) - float(getattr(x, attribute)) for x, y in pairs])
 
     return PairedRow(
         task=task,
         length=length,
-        mean_a=_mean(a),
-        mean_b=_mean(b),
+        mean_a=mean(a),
+        mean_b=mean(b),
         difference=paired_bootstrap(a, b, seed=seed),
         wins=sum(y > x for x, y in zip(a, b, strict=True)),
         losses=sum(y < x for x, y in zip(a, b, strict=True)),
@@ -213,19 +208,13 @@ def _signed_count(value: float) -> str:
     return f"{value / 1_000_000:+.3g}M"
 
 
-def _length(tokens: int) -> str:
-    if not tokens:
-        return ""
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
-
-
 def score_cells(row: PairedRow) -> list[str]:
     """The score table's cells: means, the difference and its interval, and
     B's wins, losses and ties against A."""
     d = row.difference
     return [
         row.task,
-        _length(row.length),
+        length_text(row.length),
         str(row.n),
         f"{row.mean_a:.2f}",
         f"{row.mean_b:.2f}",
@@ -238,7 +227,7 @@ def spend_cells(row: PairedRow) -> list[str]:
     """The expenditure table's cells: B − A, mean per pair."""
     return [
         row.task,
-        _length(row.length),
+        length_text(row.length),
         str(row.n),
         _signed_count(row.output_tokens),
         _signed_count(row.total_tokens),

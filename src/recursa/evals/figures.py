@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from recursa.errors import UsageError
-from recursa.evals.stats import Interval, bootstrap, plateau_of, solved_within
+from recursa.evals.stats import Interval, bootstrap, mean, plateau_of, solved_within
 from recursa.evals.trials import TrialResult, iter_groups
 
 Axis = Literal["output_tokens", "total_tokens", "cost", "wall_s"]
@@ -97,10 +97,6 @@ def require(results: Sequence[TrialResult], where: Path | str = "results") -> No
         raise UsageError(f"{where}: no trial results to report")
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def _row(
     model: str, policy: str, task: str, length: int, trials: list[TrialResult], seed: int
 ) -> GroupRow:
@@ -110,15 +106,15 @@ def _row(
         task=task,
         length=length,
         score=bootstrap([t.score for t in trials], seed=seed),
-        input_tokens=_mean([t.input_tokens for t in trials]),
-        output_tokens=_mean([t.output_tokens for t in trials]),
-        cached_tokens=_mean([t.cached_tokens for t in trials]),
-        cost=_mean([t.cost for t in trials]),
-        wall_s=_mean([t.wall_s for t in trials]),
-        subagents=_mean([t.subagents for t in trials]),
+        input_tokens=mean([t.input_tokens for t in trials]),
+        output_tokens=mean([t.output_tokens for t in trials]),
+        cached_tokens=mean([t.cached_tokens for t in trials]),
+        cost=mean([t.cost for t in trials]),
+        wall_s=mean([t.wall_s for t in trials]),
+        subagents=mean([t.subagents for t in trials]),
         not_ok=sum(t.status != "ok" for t in trials),
         metrics={
-            name: _mean([t.metrics.get(name, 0.0) for t in trials])
+            name: mean([t.metrics.get(name, 0.0) for t in trials])
             for name in dict.fromkeys(name for t in trials for name in t.metrics)
         },
     )

@@ -129,7 +129,7 @@ def _short(value: float) -> str:
     return f"{value / 1_000_000:.3g}M"
 
 
-def _length(tokens: int) -> str:
+def length_text(tokens: int) -> str:
     """A target length as it is asked for (``--lengths 4k``: 4096 tokens)."""
     if not tokens:
         return ""
@@ -167,7 +167,7 @@ def _terminal_cells(row: GroupRow) -> list[str]:
     s = row.score
     return [
         row.task,
-        _length(row.length),
+        length_text(row.length),
         str(s.n),
         f"{s.mean:.2f} [{s.low:.2f}–{s.high:.2f}]",
         _short(row.input_tokens),
@@ -251,7 +251,7 @@ def render_report(
 def _metric_cells(row: GroupRow, names: Sequence[str]) -> list[str]:
     return [
         row.task,
-        _length(row.length),
+        length_text(row.length),
         str(row.score.n),
         *(f"{row.metrics.get(name, 0.0):.3f}" for name in names),
     ]
@@ -339,6 +339,7 @@ def write_report(
 
 
 __all__ = [
+    "length_text",
     "plot_name",
     "render_report",
     "report_markdown",

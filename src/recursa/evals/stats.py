@@ -34,6 +34,11 @@ class Interval:
     n: int
 
 
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean of a non-empty sequence."""
+    return sum(values) / len(values)
+
+
 def bootstrap(
     scores: Sequence[float],
     *,
