@@ -382,7 +382,7 @@ async def test_only_the_answer_line_in_a_fence_is_the_answer_when_its_value_was_
 
 async def test_an_answer_line_alone_with_an_unseen_value_still_runs() -> None:
     h = Harness(fenced=True)
-    steps = [code("print(1)"), code("FINAL ANSWER: 2"), reply("FINAL ANSWER: 1")] + [reply("1")]
+    steps = [code("print(1)"), code("FINAL ANSWER: 2"), reply("FINAL ANSWER: 1"), reply("1")]
     end = await h.turn("marker-unseen", steps)
     assert end.answer == "1"
     assert [f.status for f in h.of(CellFinished)] == ["ok", "error"]
