@@ -46,6 +46,7 @@ The file, field by field::
                                         # $RECURSA_HOME/kernel-env), "project" (recursa's own
                                         # interpreter) or an absolute path to one;
                                         # RECURSA_KERNEL_PYTHON overrides it
+    hide = []                           # more directories kernels do not see (absolute paths)
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -232,6 +233,9 @@ class KernelConfig:
     """Kernels run under bubblewrap ("bwrap"), or unconfined ("none")."""
     network: bool = True
     """False: a sandboxed kernel gets an empty network namespace."""
+    hide: tuple[Path, ...] = ()
+    """Directories a sandboxed kernel does not see, besides ``RECURSA_HOME``
+    (an evaluation's homes hide the person's home and each other)."""
     python: str = DEFAULT_KERNEL_PYTHON
     """The kernels' interpreter: "managed", "project" or an absolute path
     (``RECURSA_KERNEL_PYTHON`` overrides the file)."""
@@ -440,6 +444,7 @@ class LimitsTable(_Table):
 
 class KernelTable(_Table):
     env_allow: list[str] = []
+    hide: list[str] = []
     startup_timeout: Annotated[Duration, within(0, DAY, duration=True)] = (
         DEFAULT_KERNEL_STARTUP_TIMEOUT
     )
@@ -576,6 +581,7 @@ def load_config(
             sandbox=kernel.sandbox,
             network=kernel.network,
             python=_kernel_python(environ.get("RECURSA_KERNEL_PYTHON") or kernel.python, path),
+            hide=tuple(_hidden_dir(value, path) for value in kernel.hide),
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -642,6 +648,14 @@ def _kernel_python(value: str, path: Path) -> str:
             f"{path}: kernel.python must be 'managed', 'project' or an absolute path, not {value!r}"
         )
     return str(expanded)
+
+
+def _hidden_dir(value: str, path: Path) -> Path:
+    """A ``[kernel] hide`` entry: an absolute directory (``~`` expanded)."""
+    expanded = Path(value).expanduser()
+    if not expanded.is_absolute():
+        raise ConfigError(f"{path}: kernel.hide entries must be absolute paths, not {value!r}")
+    return expanded
 
 
 def _cache_dir(environ: Mapping[str, str]) -> Path:

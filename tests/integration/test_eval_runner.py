@@ -208,3 +208,32 @@ async def test_a_suite_whose_scoring_fails_fails_that_trial_only(tmp_path: Path)
     assert "KeyError" in by_item["secret/0/1"].detail
     assert by_item["secret/0/0"].status == by_item["secret/0/2"].status == "ok"
     assert by_item["secret/0/0"].metrics == {"exact_match": 1.0}
+
+
+async def test_a_trials_kernel_sees_neither_the_persons_home_nor_the_runs_homes(
+    home: Path, tmp_path: Path
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "daemon.token").write_text("the person's token")
+    out = tmp_path / "run"
+    mine = out / "homes" / "faux-peek__repl" / "config.toml"  # its own home's, hidden too
+    probe = (
+        "import os\n"
+        f"for p in [{str(home / 'daemon.token')!r}, {str(mine)!r}]:\n"
+        "    print(p, os.path.exists(p))\n"
+    )
+
+    def peek(request: Request) -> FauxReply:
+        return code(probe)
+
+    def tell(request: Request) -> FauxReply:
+        result = request.messages[-1]
+        assert isinstance(result, ToolResult)
+        return reply(result.text)
+
+    register_script("peek", [], fallback=per_session(peek, tell))
+    plan = Plan(suite="secrets", models=("faux/peek",), n=1)
+    [result] = await Runner(plan, out, load_config(), Secrets(), in_process=True).run()
+    assert result.answer is not None
+    assert f"{home / 'daemon.token'} False" in result.answer
+    assert f"{mine} False" in result.answer

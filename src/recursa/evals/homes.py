@@ -15,9 +15,11 @@ kernel settings) with the policy laid over it:
 
 A home of its own keeps what a trial learns (harness entries, with refinement
 on) inside its configuration: the person's harness neither shapes the trials
-nor takes their edits, and two configurations never see each other's. The
-kernels run in the person's managed kernel environment when there is one (it
-has the data stack), else in one the home makes (without network).
+nor takes their edits, and two configurations never see each other's. A
+trial's kernel sees neither the person's home (their daemon's token, their
+store) nor the run's homes (``[kernel] hide``): a daemon hides only its own.
+The kernels run in a managed environment of the configuration's home, made
+without network (the person's is in their hidden home).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from recursa.config import CONFIG_FILE_NAME, Config, config_path
 from recursa.errors import ConfigError
 from recursa.evals.trials import Policy, TrialResult
 from recursa.files import write_atomic
-from recursa.kernel.venv import KernelEnv
 
 HOMES_DIR = "homes"
 WORK_DIR = "work"
@@ -71,16 +72,16 @@ def window_for(lengths: tuple[int, ...], base: int) -> int:
     return min(MAX_N_CTX, 1 << math.ceil(math.log2(need)))
 
 
-def overlay(policy: Policy, n_ctx: int, kernel_python: str | None) -> dict[str, dict[str, Any]]:
-    """The settings a policy lays over the person's configuration."""
+def overlay(policy: Policy, n_ctx: int, hide: tuple[Path, ...]) -> dict[str, dict[str, Any]]:
+    """The settings a policy lays over the person's configuration; ``hide``:
+    what the trials' kernels must not see besides their own home."""
     sessions: dict[str, Any] = {"compaction": policy.compaction}
     if policy.mode == "context":
         sessions["inline_input_share"] = 0.0
     tables: dict[str, dict[str, Any]] = {"sessions": sessions, "local": {"n_ctx": n_ctx}}
     if not policy.subagents:
         tables["agents"] = {"max_depth": 0}
-    if kernel_python is not None:
-        tables["kernel"] = {"python": kernel_python}
+    tables["kernel"] = {"hide": [str(path) for path in hide]}
     return tables
 
 
@@ -103,12 +104,12 @@ def prepare_home(
         base = tomllib.loads(source.read_text(encoding="utf-8")) if source.is_file() else {}
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    kernel_python = None
-    managed = KernelEnv.of_home(config.home).python
-    if config.kernel.python == "managed" and managed.exists():
-        kernel_python = str(managed)
-    tables = overlay(policy, window_for(lengths, config.local.n_ctx), kernel_python)
+    hide = (config.home.resolve(), (out / HOMES_DIR).resolve())
+    tables = overlay(policy, window_for(lengths, config.local.n_ctx), hide)
     merged = _merge(base, tables)
+    kernel = merged["kernel"]
+    if kernel.get("python") not in (None, "managed", "project"):
+        kernel.pop("python")  # a path may lie in the hidden home: the home makes its own env
     write_atomic(home / CONFIG_FILE_NAME, to_toml(merged).encode("utf-8"), mode=0o600)
     return home
 

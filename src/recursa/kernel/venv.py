@@ -120,7 +120,9 @@ class KernelEnv:
         from recursa.kernel.sandbox import SandboxPolicy, tool_prefix
 
         policy = SandboxPolicy(
-            kind=config.kernel.sandbox, network=config.kernel.network, hidden=(config.home,)
+            kind=config.kernel.sandbox,
+            network=config.kernel.network,
+            hidden=(config.home, *config.kernel.hide),
         )
         env = cls.of_home(config.home)
         return replace(

@@ -146,7 +146,7 @@ class Runtime:
             sandbox=SandboxPolicy(
                 kind=config.kernel.sandbox,
                 network=config.kernel.network,
-                hidden=(config.home,),
+                hidden=(config.home, *config.kernel.hide),
                 writable=(env.path,) if env else (),
                 limits=KernelLimits.from_config(config.kernel),
             ),

@@ -108,12 +108,17 @@ def test_a_home_keeps_the_persons_settings_under_the_policy(tmp_path: Path) -> N
     assert data["sessions"] == {"max_kernels": 7, "compaction": False, "inline_input_share": 0.0}
     assert data["agents"] == {"max_depth": 0}
     assert data["local"] == {"n_ctx": 16384}
+    # A trial's kernel sees neither the person's home (their daemon's token) nor the run's homes.
+    assert data["kernel"] == {
+        "hide": [str(person.resolve()), str((tmp_path / "run" / "homes").resolve())]
+    }
     # And the home's configuration loads: the daemon serving it reads the same.
     theirs = load_config(overrides={"RECURSA_HOME": str(home)})
     assert theirs.sessions.compaction is False and theirs.sessions.inline_input_share == 0.0
     assert theirs.agents.max_depth == 0 and theirs.sessions.max_kernels == 7
     assert theirs.harness.policy("skill") == "none"
     assert theirs.prices["openai/x"].input == 1.5
+    assert theirs.kernel.hide == (person.resolve(), (tmp_path / "run" / "homes").resolve())
 
 
 def test_toml_strings_round_trip() -> None:
