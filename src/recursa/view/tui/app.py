@@ -86,6 +86,9 @@ class ViewApp(App[None]):
 
     TITLE = "recursa view"
     CSS = CSS
+    AUTO_FOCUS = "#sessions"
+    """The tree's table, not the first focusable widget (the filter box): keys typed
+    before the first tab switch settles are commands, not a filter."""
     COMMANDS = App.COMMANDS | {SessionCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "show('tree')", "tree", show=False),
@@ -301,9 +304,10 @@ class ViewApp(App[None]):
                 self.query_one(UsagePane).show(session_id, self.live.sessions)
 
     def action_show(self, tab: str) -> None:
-        """Switch to ``tab`` and focus what it holds."""
+        """Switch to ``tab`` and focus what it holds, at once: keys already queued
+        go to that tab, not to the widget that had the focus."""
         self.tabs.active = tab
-        self.query_one(FOCUS[tab]).focus()
+        self.screen.set_focus(self.query_one(FOCUS[tab]))
 
     def action_follow_running(self) -> None:
         self.tree_pane.status_index = STATUS_CYCLE.index(frozenset({"running", "admitted"}))
