@@ -49,6 +49,7 @@ from recursa.runtime.tree import Pulse, Tree
 from recursa.session import Session, SessionDeps
 from recursa.session.compaction import check_context_window
 from recursa.store import DB_FILE_NAME, JSONValue, SessionRow, Store
+from recursa.store.checkpoint import Checkpointer
 from recursa.supervisor import Supervisor
 
 EMBEDDED_DEFAULT = "local/qwen2.5-coder-1.5b"
@@ -132,8 +133,13 @@ class Runtime:
         python, env = await asyncio.to_thread(
             resolve_kernel_python, config.kernel.python, config.home
         )
-        store = Store.open(config.home / DB_FILE_NAME)
+        # Appends never checkpoint the WAL (a 50-100 ms stall mid-turn); the
+        # checkpointer does, in a thread, when the store is quiet.
+        store = Store.open(config.home / DB_FILE_NAME, autocheckpoint=False)
         tasks = Supervisor("runtime", logger=log)
+        checkpointer = Checkpointer(config.home / DB_FILE_NAME)
+        store.on_append(checkpointer.appended)
+        tasks.start(checkpointer.run(), name="WAL checkpoints")
         kernels = KernelPool(
             env.kernel_environment(config.kernel.env) if env else config.kernel.env,
             python=python,

@@ -76,16 +76,23 @@ class Store(SessionMethods, EventLog):
     # -- lifecycle ---------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, clock: Callable[[], float] = time.time) -> Store:
+    def open(
+        cls, path: Path, *, clock: Callable[[], float] = time.time, autocheckpoint: bool = True
+    ) -> Store:
         """Open (creating if needed) the store at ``path`` and bring its schema up to date.
 
         Missing parent directories are created with mode 0700 and a new file
         with mode 0600. Raises :class:`StoreError` (one line naming the path)
         if the file is not a SQLite database, belongs to another program, was
         written by a newer recursa, or cannot be opened.
+
+        Without ``autocheckpoint`` no COMMIT on this connection checkpoints the
+        WAL; the owner runs a :class:`~recursa.store.checkpoint.Checkpointer`.
         """
         where = str(path)
         conn = connect(path)
+        if not autocheckpoint:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         try:
             migrate(conn, where=where, clock=clock)
         except BaseException:
