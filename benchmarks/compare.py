@@ -1,0 +1,412 @@
+"""recursa beside another harness, against the same scripted OpenAI-compatible server.
+
+Every figure is taken through the real CLI and the real daemon, as a user runs
+them, on a fresh ``RECURSA_HOME``; the model is the loopback fake server
+(``recursa.testing.fake_server``) in its own process, which timestamps when a
+reply's last byte left and when the next request arrived. A step's overhead
+is that gap: everything the harness does between the model's reply and its
+next request (parsing, the store, the cell's round trip through a kernel,
+building and sending the request).
+
+Figures:
+
+- per-step overhead over ``--steps`` trivial cells in one turn: median, p90,
+  p99 and max (the first step excluded; it is printed alone);
+- first step: the first reply's end to the second request (the first cell);
+- 10-cell run: the wall time of ``recursa run`` (a task of 10 cells and an
+  answer) with the daemon already running;
+- cold two-step run: the same for one cell and an answer, with no daemon
+  running (the CLI starts it);
+- peak memory of client, daemon and kernels during the 10-cell run: the sum of
+  RSS and of PSS over those processes, sampled every 10 ms;
+- CLI latency: ``recursa --help``, ``recursa agents``, ``recursa usage`` and
+  ``recursa logs`` (of the many-step session) against the running daemon,
+  median of ``--cli-runs``.
+
+With ``--other NAME=COMMAND`` (repeatable; e.g. a prime-agent build) the same
+figures are taken for that harness, its runs interleaved with recursa's, and
+each figure is printed with the ratio other / recursa. COMMAND is a shell
+command line with ``{task}`` where the task goes; it runs with
+``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` pointing at the
+fake server, and must answer the task by calling a tool named ``python``
+(``--tool NAME`` changes it) with an argument ``code``. Its CLI latency and
+daemon figures are left out (it has neither). Without ``--other`` it prints
+recursa's figures alone.
+
+The machine's load average is printed beside the figures: on a busy machine
+every figure is worse, the p99 most.
+
+Usage: python benchmarks/compare.py [--steps 100] [--repeats 3] [--other NAME=CMD]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+MODEL = "openai/bench"
+
+
+@dataclass
+class Figures:
+    """One harness's figures; seconds and bytes."""
+
+    steps: list[float] = field(default_factory=list)
+    first: list[float] = field(default_factory=list)
+    ten_cells: list[float] = field(default_factory=list)
+    cold_two: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    parts: dict[str, int] = field(default_factory=dict)
+    """RSS by role (client, daemon, kernels) at the largest peak."""
+    pss: list[int] = field(default_factory=list)
+    cli: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Server:
+    """A fake model server in its own process, with a script and a request log."""
+
+    base_url: str
+    log: Path
+    process: subprocess.Popen[str]
+
+    @classmethod
+    def start(cls, where: Path, script: list[dict[str, object]]) -> Server:
+        where.mkdir(parents=True, exist_ok=True)
+        script_file, log = where / "script.json", where / "requests.jsonl"
+        script_file.write_text(json.dumps(script))
+        argv = [sys.executable, "-m", "recursa.testing.fake_server", "--script", str(script_file)]
+        process = subprocess.Popen(
+            [*argv, "--log", str(log)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        base_url = process.stdout.readline().split(": ", 1)[1].strip()
+        return cls(base_url, log, process)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+    def gaps(self) -> list[float]:
+        """Reply k's last byte → request k+1 received, for every step."""
+        requests = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [
+            requests[k + 1]["received_at"] - requests[k]["finished_at"]
+            for k in range(len(requests) - 1)
+        ]
+
+
+def cells(n: int, tool: str, first: int = 0) -> list[dict[str, object]]:
+    """A script of ``n`` distinct trivial cells, then an answer."""
+    steps: list[dict[str, object]] = [
+        {"tool_calls": [{"name": tool, "arguments": {"code": f"i = {first + k}"}}]}
+        for k in range(n)
+    ]
+    return [*steps, {"text": "done"}]
+
+
+class Peak:
+    """Samples the summed RSS and PSS of the processes ``pick`` returns (each
+    with its role), every 10 ms; keeps the largest sum and its parts."""
+
+    def __init__(self, pick: Callable[[], list[tuple[str, psutil.Process]]]) -> None:
+        self._pick = pick
+        self._stop = threading.Event()
+        self.rss = self.pss = 0
+        self.parts: dict[str, int] = {}
+        """RSS by role at the sample with the largest RSS."""
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            rss = pss = 0
+            parts: dict[str, int] = {}
+            for role, process in self._pick():
+                try:
+                    info = process.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                rss += info.rss
+                pss += getattr(info, "pss", info.rss)
+                parts[role] = parts.get(role, 0) + info.rss
+            if rss > self.rss:
+                self.rss, self.parts = rss, parts
+            self.pss = max(self.pss, pss)
+
+
+def tree_of(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+class Recursa:
+    """recursa through its CLI and daemon, in a fresh home."""
+
+    name = "recursa"
+
+    def __init__(self, base: Path) -> None:
+        self.home = base / "recursa-home"
+        self.work = base / "recursa-work"
+        self.work.mkdir(parents=True)
+        command = Path(sys.executable).with_name("recursa")
+        self.command = [str(command)] if command.exists() else [sys.executable, "-m", "recursa"]
+
+    def env(self, server: Server) -> dict[str, str]:
+        return {
+            **os.environ,
+            "RECURSA_HOME": str(self.home),
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "bench",
+            "RECURSA_MODEL": MODEL,
+        }
+
+    def run(self, task: str, server: Server, peak: bool = False) -> tuple[float, Peak | None]:
+        """``recursa run TASK``: its wall time (and the peak memory of the
+        client, the daemon and its kernels while it ran)."""
+        argv = [*self.command, "run", "--model", MODEL, "--max-steps", "0"]
+        argv += ["--name", task.replace(" ", "-"), task]
+        started = time.monotonic()
+        client = subprocess.Popen(
+            argv, cwd=self.work, env=self.env(server), stdout=subprocess.PIPE, text=True
+        )
+        sampler = Peak(lambda: [("client", p) for p in tree_of(client.pid)] + self._daemon_tree())
+        if peak:
+            sampler.__enter__()
+        try:
+            out, _ = client.communicate(timeout=600)
+        finally:
+            if peak:
+                sampler.__exit__()
+        wall = time.monotonic() - started
+        if client.returncode != 0 or "done" not in out:
+            raise SystemExit(f"recursa run failed ({client.returncode}): {out[-500:]}")
+        return wall, sampler if peak else None
+
+    def _daemon_tree(self) -> list[tuple[str, psutil.Process]]:
+        try:
+            state = json.loads((self.home / "daemon.json").read_text())
+            daemon = tree_of(int(state["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        processes = [("daemon" if p.pid == state["pid"] else "kernels", p) for p in daemon]
+        # Kernels are launched apart from the daemon (they outlive a crash):
+        # they are the processes whose command line names this home.
+        home = str(self.home)
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if any(home in part for part in cmdline) and process not in daemon:
+                processes.append(("kernels", process))
+        return processes
+
+    def cli(self, args: list[str], server: Server) -> float:
+        started = time.monotonic()
+        done = subprocess.run(
+            [*self.command, *args], cwd=self.work, env=self.env(server), capture_output=True
+        )
+        wall = time.monotonic() - started
+        if done.returncode != 0:
+            raise SystemExit(f"recursa {' '.join(args)} failed: {done.stderr.decode()[-300:]}")
+        return wall
+
+    def stop_daemon(self, server: Server) -> None:
+        subprocess.run(
+            [*self.command, "daemon", "stop"],
+            env=self.env(server),
+            capture_output=True,
+            check=False,
+        )
+
+
+class Other:
+    """Another harness, by a command line with ``{task}``."""
+
+    def __init__(self, name: str, template: str, base: Path) -> None:
+        self.name = name
+        self.template = template
+        self.work = base / f"{name}-work"
+        self.work.mkdir(parents=True)
+
+    def run(self, task: str, server: Server, peak: bool = False) -> tuple[float, Peak | None]:
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "bench",
+            "OPENAI_MODEL": MODEL.split("/", 1)[1],
+        }
+        command = self.template.replace("{task}", shlex.quote(task))
+        started = time.monotonic()
+        process = subprocess.Popen(
+            command, shell=True, cwd=self.work, env=env, stdout=subprocess.PIPE, text=True
+        )
+        sampler = Peak(lambda: [("all", p) for p in tree_of(process.pid)])
+        if peak:
+            sampler.__enter__()
+        try:
+            process.communicate(timeout=600)
+        finally:
+            if peak:
+                sampler.__exit__()
+        if process.returncode != 0:
+            raise SystemExit(f"{self.name} failed ({process.returncode})")
+        return time.monotonic() - started, sampler if peak else None
+
+
+def measure(
+    arm: Recursa | Other, figures: Figures, base: Path, args: argparse.Namespace, round_: int
+) -> None:
+    """One round of every figure for ``arm``, against one server (a daemon keeps
+    the model's address it started with): a cold two-step run (no daemon yet;
+    each round stops it at the end), a 10-cell run with its peak memory, then
+    the many-step run."""
+    tool = "python" if isinstance(arm, Recursa) else args.tool
+    first = 1000 * round_
+    script = [*cells(1, tool, first), *cells(10, tool, first + 100)]
+    script += cells(args.steps + 1, tool, first + 200)
+    server = Server.start(base / f"{arm.name}-{round_}", script)
+    try:
+        wall, _ = arm.run("two steps", server)
+        figures.cold_two.append(wall)
+        wall, peak = arm.run("ten cells", server, peak=True)
+        assert peak is not None
+        figures.ten_cells.append(wall)
+        if peak.rss > max(figures.rss, default=0):
+            figures.parts = peak.parts
+        figures.rss.append(peak.rss)
+        figures.pss.append(peak.pss)
+        arm.run("many steps", server)
+        if isinstance(arm, Recursa):
+            for label, argv in (
+                ("recursa --help", ["--help"]),
+                ("recursa agents", ["agents"]),
+                ("recursa usage", ["usage", "many-steps"]),
+                ("recursa logs", ["logs", "many-steps"]),
+            ):
+                figures.cli.setdefault(label, []).extend(
+                    arm.cli(argv, server) for _ in range(args.cli_runs)
+                )
+            arm.stop_daemon(server)
+    finally:
+        server.stop()
+    gaps = server.gaps()[2 + 11 :]  # the many-step run's own (the log is written at exit)
+    figures.first.append(gaps[0])
+    figures.steps.extend(gaps[1:])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def rows(f: Figures) -> dict[str, tuple[float, str]]:
+    """Each figure as (value, unit)."""
+    out: dict[str, tuple[float, str]] = {}
+    if f.steps:
+        out["step median"] = (statistics.median(f.steps) * 1000, "ms")
+        out["step p90"] = (percentile(f.steps, 0.9) * 1000, "ms")
+        out["step p99"] = (percentile(f.steps, 0.99) * 1000, "ms")
+        out["step max"] = (max(f.steps) * 1000, "ms")
+    if f.first:
+        out["first step"] = (statistics.median(f.first) * 1000, "ms")
+    if f.ten_cells:
+        out["10-cell run"] = (statistics.median(f.ten_cells), "s")
+    if f.cold_two:
+        out["cold two-step run"] = (statistics.median(f.cold_two), "s")
+    if f.rss:
+        out["peak RSS"] = (max(f.rss) / 2**20, "MiB")
+        out["peak PSS"] = (max(f.pss) / 2**20, "MiB")
+        for role, rss in sorted(f.parts.items()):
+            out[f"  RSS of {role}"] = (rss / 2**20, "MiB")
+    for label, values in f.cli.items():
+        out[label] = (statistics.median(values), "s")
+    return out
+
+
+def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    ncpu = os.cpu_count()
+    print(f"machine: {ncpu} cores; load average (1, 5, 15 min) at the end: {load}")
+    print(
+        f"{args.repeats} rounds, interleaved; {args.steps} steps per round "
+        f"({len(figures['recursa'].steps)} step gaps in all)\n"
+    )
+    table = {name: rows(f) for name, f in figures.items()}
+    names = list(figures)
+    head = f"{'figure':<20}" + "".join(f"{n:>16}" for n in names)
+    if len(names) > 1:
+        head += "".join(f"{n + ' / recursa':>22}" for n in names[1:])
+    print(head)
+    for label, (value, unit) in table["recursa"].items():
+        line = f"{label:<20}{value:>12.2f} {unit:<3}"
+        for name in names[1:]:
+            other = table[name].get(label)
+            line += f"{other[0]:>12.2f} {unit:<3}" if other else f"{'-':>16}"
+        for name in names[1:]:
+            other = table[name].get(label)
+            line += f"{other[0] / value:>21.1f}x" if other and value else f"{'-':>22}"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=100, help="cells in the per-step run")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every figure")
+    parser.add_argument("--cli-runs", type=int, default=5, help="calls per CLI figure per round")
+    parser.add_argument(
+        "--other", action="append", default=[], metavar="NAME=COMMAND", help="another harness"
+    )
+    parser.add_argument("--tool", default="python", help="the other harness's code tool")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    args = parser.parse_args()
+    os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    base = Path(tempfile.mkdtemp(prefix="recursa-compare-"))
+    recursa = Recursa(base)
+    arms: list[Recursa | Other] = [recursa]
+    for spec in args.other:
+        name, _, template = spec.partition("=")
+        if not template or "{task}" not in template:
+            raise SystemExit(f"--other {spec!r}: give NAME=COMMAND with {{task}} in COMMAND")
+        arms.append(Other(name, template, base))
+    figures = {arm.name: Figures() for arm in arms}
+    try:
+        for round_ in range(args.repeats):
+            for arm in arms:
+                measure(arm, figures[arm.name], base, args, round_)
+        report(figures, args)
+        if args.json:
+            print(json.dumps({name: rows(f) for name, f in figures.items()}))
+    finally:
+        server = Server.start(base / "last", [])
+        recursa.stop_daemon(server)
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
