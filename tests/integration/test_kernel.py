@@ -149,6 +149,23 @@ async def test_top_level_await(kernel: Kernel) -> None:
     assert out.parts == (OutputPart("result", "'awaited'"),)
 
 
+async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) -> None:
+    # recursa's extension quiets the kernel's logger to what its handlers print
+    # and keeps ipykernel's answer about do_execute's parameters: both cost
+    # CPU on every request.
+    probe = (
+        "import logging, ipykernel.kernelbase as kb\n"
+        "log = get_ipython().kernel.log\n"
+        "print(log.isEnabledFor(logging.DEBUG), log.isEnabledFor(logging.WARNING),"
+        " getattr(kb._accepts_parameters, 'recursa_cached', False))"
+    )
+    out = await kernel.execute(probe, timeout=10)
+    assert out.parts == (OutputPart("stdout", "False True True\n"),)
+    # Requests still pass their cell ids and metadata through.
+    again = await kernel.execute("1 + 1", timeout=10)
+    assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)
+
+
 async def test_variables_persist_between_cells(kernel: Kernel) -> None:
     assert (await kernel.execute("x = 41", timeout=10)).parts == ()
     out = await kernel.execute("x + 1", timeout=10)
