@@ -151,16 +151,17 @@ async def test_top_level_await(kernel: Kernel) -> None:
 
 async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) -> None:
     # recursa's extension quiets the kernel's logger to what its handlers print
-    # and keeps ipykernel's answer about do_execute's parameters: both cost
-    # CPU on every request.
+    # keeps ipykernel's answer about do_execute's parameters, and sends no
+    # execute_input broadcast: each costs CPU on every request.
     probe = (
         "import logging, ipykernel.kernelbase as kb\n"
-        "log = get_ipython().kernel.log\n"
-        "print(log.isEnabledFor(logging.DEBUG), log.isEnabledFor(logging.WARNING),"
-        " getattr(kb._accepts_parameters, 'recursa_cached', False))"
+        "k = get_ipython().kernel\n"
+        "print(k.log.isEnabledFor(logging.DEBUG), k.log.isEnabledFor(logging.WARNING),"
+        " getattr(kb._accepts_parameters, 'recursa_cached', False),"
+        " k._publish_execute_input.__name__)"
     )
     out = await kernel.execute(probe, timeout=10)
-    assert out.parts == (OutputPart("stdout", "False True True\n"),)
+    assert out.parts == (OutputPart("stdout", "False True True _no_broadcast\n"),)
     # Requests still pass their cell ids and metadata through.
     again = await kernel.execute("1 + 1", timeout=10)
     assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)

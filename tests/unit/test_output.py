@@ -245,6 +245,10 @@ def test_messages_are_checked_against_the_connection_key() -> None:
     assert parse_message(make_session({"key": "other key"}), reply) is None
     assert parse_message(ours, [b"no delimiter"]) is None
     assert parse_message(ours, [b"<IDS|MSG>"]) is None
+    assert parse_message(ours, [b"<IDS|MSG>", b"", *reply[2:]]) is None  # unsigned
+    # Signed, but a header or parent header that is not an object.
+    for bad in ([b"[]", head[1], b"{}", b"{}"], [head[0], b"[1]", b"{}", b"{}"]):
+        assert parse_message(ours, [b"<IDS|MSG>", kernel.sign(bad), *bad]) is None
 
 
 def test_an_unusable_signature_scheme_is_a_kernel_error() -> None:
