@@ -111,8 +111,11 @@ def parse_message(session: Session, frames: list[bytes]) -> Message | None:
         _, parts = session.feed_identities(frames)
         if len(parts) < 5:
             return None
+        signature = parts[0]
         if session.auth is not None and not (
-            parts[0] and hmac.compare_digest(parts[0], session.sign(parts[1:5]))
+            isinstance(signature, bytes)
+            and signature
+            and hmac.compare_digest(signature, session.sign(parts[1:5]))
         ):
             return None
         header, parent_header = session.unpack(parts[1]), session.unpack(parts[2])
