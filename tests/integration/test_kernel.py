@@ -167,6 +167,13 @@ async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) 
     assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)
 
 
+async def test_a_kernel_runs_without_the_debugger(kernel: Kernel) -> None:
+    # recursa.api.launcher keeps debugpy (the Jupyter debugger, ~15 MB) out.
+    probe = "import sys\nprint(sys.modules.get('debugpy', 'absent'), 'pydevd' in sys.modules)"
+    out = await kernel.execute(probe, timeout=10)
+    assert out.parts == (OutputPart("stdout", "None False\n"),)
+
+
 async def test_variables_persist_between_cells(kernel: Kernel) -> None:
     assert (await kernel.execute("x = 41", timeout=10)).parts == ()
     out = await kernel.execute("x + 1", timeout=10)

@@ -75,7 +75,7 @@ def kernel_argv(python: str, connection: str = "{connection_file}") -> list[str]
     return [
         python,
         "-m",
-        "ipykernel_launcher",
+        "recursa.api.launcher",
         "-f",
         connection,
         *KERNEL_FLAGS,
