@@ -41,6 +41,13 @@ WAIT = 10.0
 """Bound on any wait for something a test caused (never a sleep)."""
 
 
+@pytest.fixture(autouse=True)
+def no_credentials_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process plays the kernel: each test starts holding no socket or
+    token (the client moves them out of the environment as a kernel's does)."""
+    monkeypatch.setattr(api_client, "_credentials", {})
+
+
 @pytest.fixture
 def host() -> FakeKernelHost:
     return FakeKernelHost()
@@ -501,6 +508,15 @@ async def test_a_kernel_has_the_api_bound_at_start_and_uses_it(
     assert out.text() == "a running 2\n"
     assert out.execution_count == 2  # export_env ran no counted cell
     assert host.kernel_calls == [("spawn", tree["kid"], Spawn(task="task", name="a"))]
+    # The token is the kernel's alone: no program it starts inherits it (a
+    # forked sibling kernel could read that program's environment).
+    text = await run(
+        kernel,
+        "import os, subprocess\n"
+        "print(subprocess.run(['sh', '-c', 'echo ${RECURSA_KERNEL_TOKEN:-none}'],"
+        " capture_output=True, text=True).stdout.strip(), 'RECURSA_KERNEL_TOKEN' in os.environ)",
+    )
+    assert text == "none False\n"
 
     text = await run(
         kernel, 'r = await agent_message.send("hi", to="parent")\nprint(r.status, r.session_id)'
@@ -513,6 +529,15 @@ async def test_a_kernel_has_the_api_bound_at_start_and_uses_it(
     assert "h" in report.names and "r" in report.names
     assert "rlm" not in report.names and "agent_message" not in report.names
     assert report.skipped == {}
+    # A restarted kernel starts with them in its environment, and takes them out.
+    await kernel.restart()
+    probe = (
+        "import subprocess\nfrom recursa.api.client import configured\n"
+        "print(subprocess.run(['sh', '-c', 'echo ${RECURSA_KERNEL_TOKEN:-none}'],"
+        " capture_output=True, text=True).stdout.strip(), configured()[1] == WANTED)"
+    )
+    text = await run(kernel, probe.replace("WANTED", repr(tree["token"])))
+    assert text == "none True\n"
 
 
 async def test_a_wrong_kernel_token_is_one_line_in_the_cell(

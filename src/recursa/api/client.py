@@ -4,9 +4,11 @@ session's kernel token.
 This module runs inside a kernel process, not in the daemon. It is the one
 place besides :mod:`recursa.config` that reads ``os.environ``: the kernel's
 environment is where the daemon puts :data:`ENV_SOCKET` and :data:`ENV_TOKEN`
-(``Kernel.export_env``, again after every restart), and they are read at each
-call, so a kernel whose variables were set after this module was imported, or
-changed since, uses the current ones.
+(``Kernel.export_env``, again after every restart). At each call they are
+moved out of the environment into this process alone (:func:`take_credentials`),
+so a kernel whose variables were set after this module was imported, or
+changed since, uses the current ones, and no program the kernel starts
+inherits the session's token.
 
 Importing it is cheap: ``httpx2`` and the wire values are imported on the
 first call. One ``httpx2.AsyncClient`` is kept per event loop (a kernel has
@@ -76,10 +78,29 @@ _OPERATIONS: dict[str, Any] = {}
 T = TypeVar("T")
 
 
+_credentials: dict[str, str] = {}
+"""The socket and token, held by this process only (see :func:`take_credentials`)."""
+
+
+def take_credentials() -> None:
+    """Move the socket and token from ``os.environ`` into this process alone.
+
+    A program the kernel starts (``%%bash``, ``subprocess``) then does not
+    inherit the session's token: another kernel that can see its processes
+    (forked kernels share a PID namespace) finds no token in its
+    environment to speak as this session with."""
+    for name in (ENV_SOCKET, ENV_TOKEN):
+        value = os.environ.pop(name, None)
+        if value is not None:
+            _credentials[name] = value
+
+
 def configured() -> tuple[str, str]:
-    """The socket and token from the environment, or the one-line RecursaError."""
-    socket = os.environ.get(ENV_SOCKET, "")
-    token = os.environ.get(ENV_TOKEN, "")
+    """The socket and token (the environment's newest, else the ones taken
+    before), or the one-line RecursaError."""
+    take_credentials()
+    socket = _credentials.get(ENV_SOCKET, "")
+    token = _credentials.get(ENV_TOKEN, "")
     if not socket or not token:
         missing = " and ".join(n for n, v in ((ENV_SOCKET, socket), (ENV_TOKEN, token)) if not v)
         raise RecursaError(f"{UNAVAILABLE} ({missing} not set)")
@@ -299,5 +320,6 @@ __all__ = [
     "poll_timeout",
     "run",
     "seconds",
+    "take_credentials",
     "text_arg",
 ]

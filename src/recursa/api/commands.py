@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from recursa.api import hooks, namespace, skills
+from recursa.api import client, hooks, namespace, skills
 
 SOURCE = "recursa"
 """The ``source`` of the payload that carries a command's result."""
@@ -38,6 +38,7 @@ def _export_env(env: dict[str, str]) -> dict[str, Any]:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise TypeError("environment names and values must be strings")
     os.environ.update(env)
+    client.take_credentials()  # the API's socket and token: not for programs the kernel starts
     return {}
 
 

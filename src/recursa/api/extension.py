@@ -37,7 +37,7 @@ from typing import Any
 from traitlets import Int
 from traitlets.config import Configurable
 
-from recursa.api import hooks, install, pump, streams
+from recursa.api import client, hooks, install, pump, streams
 
 FORCED_COLOR_VARIABLES = ("FORCE_COLOR", "CLICOLOR_FORCE")
 """What ipykernel sets to force colors on, for notebooks that render ANSI codes."""
@@ -66,6 +66,7 @@ def load_ipython_extension(shell: Any) -> None:
     """Make ``shell``'s kernel recursa's (see the module docstring). Meant to
     run once, in a fresh kernel, during a request."""
     settings = RecursaKernel(parent=shell)
+    client.take_credentials()  # a restarted kernel starts with them in its environment
     shell.user_ns["_out"] = {}
     shell.user_ns["on_restore"] = hooks.on_restore
     api: dict[str, Any] = {}
