@@ -69,12 +69,12 @@ def time_call(argv: list[str], env: dict[str, str], cwd: Path) -> float:
     return took
 
 
-async def _sessions(home: Path) -> list[str]:
+async def _sessions(home: Path, work: Path) -> list[str]:
     async with DaemonClient(home) as client:
         ids = [
             (
                 await client.create_session(
-                    CreateSession(task=f"task {n}", model="openai/m", cwd=str(home))
+                    CreateSession(task=f"task {n}", model="openai/m", cwd=str(work))
                 )
             ).id
             for n in range(SESSIONS)
@@ -97,7 +97,11 @@ def samples(home: Path, runs: int = RUNS) -> dict[str, list[float]]:
     interleaved (one of each command per round), so a burst of load on the
     machine falls on all of them alike."""
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with FakeModelServer.in_thread(responder=model) as server:
+    with (
+        # The sessions' directory: outside the home, which kernels must not see.
+        tempfile.TemporaryDirectory(prefix="recursa-cli-work-") as work,
+        FakeModelServer.in_thread(responder=model) as server,
+    ):
         env = {
             **os.environ,
             "RECURSA_HOME": str(home),
@@ -106,7 +110,7 @@ def samples(home: Path, runs: int = RUNS) -> dict[str, list[float]]:
         }
         try:
             asyncio.run(process.start(home, env=env))
-            ids = asyncio.run(_sessions(home))
+            ids = asyncio.run(_sessions(home, Path(work)))
             recursa = command()
             calls = {
                 "help": [*recursa, "--help"],
@@ -114,12 +118,16 @@ def samples(home: Path, runs: int = RUNS) -> dict[str, list[float]]:
                 "usage": [*recursa, "usage", ids[0]],
                 "logs": [*recursa, "logs", ids[0]],
             }
+            cwd = Path(work)
             times: dict[str, list[float]] = {name: [] for name in calls}
             for argv in calls.values():  # one unmeasured call each: warm caches
-                time_call(argv, env, home)
+                time_call(argv, env, cwd)
+            shown = subprocess.run(calls["logs"], env=env, cwd=cwd, capture_output=True, text=True)
+            if "print(6 * 7)" not in shown.stdout:  # the history measured is a real one
+                raise SystemExit(f"recursa logs did not show the session's cell: {shown.stdout}")
             for _ in range(runs):
                 for name, argv in calls.items():
-                    times[name].append(time_call(argv, env, home))
+                    times[name].append(time_call(argv, env, cwd))
         finally:
             with contextlib.suppress(Exception):
                 asyncio.run(process.stop(home, force=True))
