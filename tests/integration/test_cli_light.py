@@ -32,10 +32,18 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stder
 """
 
 # Packages a client call has no use for: the SDKs, the kernel's machinery, the
-# daemon's server stack, the data stack.
+# daemon's server stack, the data stack; a general HTTP client (the daemon's
+# client speaks HTTP/1.1 on asyncio) and rich (tables are plain text).
 FORBIDDEN_PACKAGES = (
     "openai",
     "anthropic",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "anyio",
+    "h11",
+    "rich",
     "jupyter_client",
     "zmq",
     "ipykernel",
