@@ -60,8 +60,11 @@ class SocketProxy:
             for pipe in (upward, downward):
                 pipe.cancel()
             await asyncio.gather(upward, downward, return_exceptions=True)
+            # Both closed before either is waited on: a cancel (the proxy
+            # closing) during a wait must not leave the other one open.
             for w in (writer, up_writer):
                 w.close()
+            for w in (writer, up_writer):
                 with contextlib.suppress(OSError):
                     await w.wait_closed()
             self._tasks.discard(task)

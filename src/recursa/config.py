@@ -103,7 +103,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TextIO
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from recursa import duration
 from recursa.duration import Duration
@@ -409,7 +409,9 @@ Money = Annotated[float, within(0, 1_000_000)]
 class _Table(BaseModel):
     """A TOML table: no unknown keys, no coercion (``"5"`` is not 5), frozen."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: a table's validator is built when a file is first read, not
+    # at import (every CLI call imports this module; most never read the file).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class ProviderTable(_Table):
@@ -511,20 +513,27 @@ class ConfigFile(_Table):
     providers: dict[str, ProviderTable] = {}
     prices: dict[str, PriceTable] = {}
     context_windows: dict[str, Annotated[int, within(1, 1 << 30)]] = {}
-    limits: LimitsTable = LimitsTable()
-    kernel: KernelTable = KernelTable()
-    sessions: SessionsTable = SessionsTable()
-    agents: AgentsTable = AgentsTable()
-    harness: HarnessTable = HarnessTable()
-    local: LocalTable = LocalTable()
+    limits: LimitsTable = Field(default_factory=LimitsTable)
+    kernel: KernelTable = Field(default_factory=KernelTable)
+    sessions: SessionsTable = Field(default_factory=SessionsTable)
+    agents: AgentsTable = Field(default_factory=AgentsTable)
+    harness: HarnessTable = Field(default_factory=HarnessTable)
+    local: LocalTable = Field(default_factory=LocalTable)
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
     """The configuration file :func:`load_config` reads: ``RECURSA_CONFIG``, else
     ``$RECURSA_HOME/config.toml``."""
     environ: Mapping[str, str] = os.environ if env is None else env
-    home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
-    return Path(environ.get("RECURSA_CONFIG") or home / CONFIG_FILE_NAME).expanduser()
+    return Path(environ.get("RECURSA_CONFIG") or home_dir(environ) / CONFIG_FILE_NAME).expanduser()
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``RECURSA_HOME`` (default ``~/.recursa``) as :func:`load_config` resolves
+    it, without reading the configuration file: all a client of a running
+    daemon needs (the CLI's calls to it)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    return Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
 
 
 def load_config(
@@ -542,7 +551,7 @@ def load_config(
     environ: Mapping[str, str] = os.environ if env is None else env
     if overrides:
         environ = {**environ, **overrides}
-    home = Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
+    home = home_dir(environ)
     path = file or config_path(environ)
     try:
         data = ConfigFile.model_validate(_read_toml(path))

@@ -99,6 +99,11 @@ class ThreadedDaemon:
     async def _serve(self) -> None:
         sock = bind_socket(self.paths)
         kernel_sock = bind_kernel_socket(self.paths)
+        # Listening before the test is told the server is ready: a client that
+        # connects at once then waits in the backlog instead of being refused
+        # (uvicorn accepts once it has started).
+        sock.listen(128)
+        kernel_sock.listen(128)
         try:
             token = ensure_token(self.paths)
             self.server = DaemonServer(

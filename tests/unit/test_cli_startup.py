@@ -1,9 +1,13 @@
-"""What the command line loads before it runs a command: ``--help`` does not
-load the daemon's client (nor its HTTP stack), and every command runs after
-the process is hardened."""
+"""What the command line loads before it runs a command: ``--help`` loads no
+command's module (nor the daemon's client, nor its HTTP stack) yet lists every
+command; the index of commands (``recursa.cli.commands.COMMANDS``) matches
+what the modules register; and every command runs after the process is
+hardened."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -11,6 +15,7 @@ import pytest
 
 import recursa.daemon.client
 from recursa.cli import main
+from recursa.cli.commands import COMMANDS
 
 PROBE = """
 import sys
@@ -19,7 +24,27 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx2', 'recursa')), file=sys.stderr)
+print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx2', 'recursa', 'rich')), file=sys.stderr)
+"""
+
+# Imports each command module in turn, in a fresh process, and prints which
+# top-level commands each one registered, with the first paragraph of their help.
+REGISTRATIONS = """
+import importlib, json
+import typer.main
+from recursa.cli import app
+from recursa.cli.commands import COMMANDS
+
+seen, out = set(), {}
+for module in dict.fromkeys(e.module for e in COMMANDS.values()):
+    importlib.import_module(module)
+    group = typer.main.get_group(app)
+    for name, command in group.commands.items():
+        if name not in seen:
+            seen.add(name)
+            first = " ".join((command.help or "").split("\\n\\n")[0].split())
+            out[name] = [module, first, command.hidden]
+print(json.dumps(out))
 """
 
 
@@ -30,10 +55,53 @@ def loaded_by(*args: str) -> str:
     return result.stderr
 
 
-def test_help_does_not_load_the_daemon_client() -> None:
+def test_help_loads_no_command_module_nor_the_daemon_client() -> None:
     loaded = loaded_by("--help")
-    assert "'recursa.cli.sessions'" in loaded  # the commands were registered
+    assert "'recursa.cli.commands'" in loaded  # the index was read
+    for module in {entry.module for entry in COMMANDS.values()}:
+        assert f"'{module}'" not in loaded
     assert "recursa.daemon.client" not in loaded and "httpx2" not in loaded
+
+
+def test_a_command_loads_its_own_module_only() -> None:
+    loaded = loaded_by("usage", "--help")
+    assert "'recursa.cli.sessions'" in loaded
+    others = {entry.module for entry in COMMANDS.values()} - {"recursa.cli.sessions"}
+    assert not [module for module in others if f"'{module}'" in loaded]
+
+
+def test_the_index_is_what_the_modules_register() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", REGISTRATIONS], capture_output=True, text=True, check=True
+    )
+    registered = json.loads(result.stdout)
+    assert set(registered) == set(COMMANDS)
+    for name, (module, first_paragraph, hidden) in registered.items():
+        assert (COMMANDS[name].module, COMMANDS[name].help) == (module, first_paragraph), name
+        assert not hidden, name
+
+
+def test_help_lists_every_command_with_its_help() -> None:
+    # A wide terminal: each command's help on one line of the listing.
+    env = {**os.environ, "COLUMNS": "400"}
+    result = subprocess.run(
+        [sys.executable, "-m", "recursa", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    lines = [" ".join(line.strip("│ ").split()) for line in result.stdout.splitlines()]
+    for name, entry in COMMANDS.items():
+        assert f"{name} {entry.help}" in lines, name
+
+
+def test_a_mistyped_command_is_told_the_near_ones() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "recursa", "agnets"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2
+    assert "Did you mean 'agents'" in result.stderr
 
 
 def test_a_command_runs_in_a_hardened_process(monkeypatch: pytest.MonkeyPatch) -> None:

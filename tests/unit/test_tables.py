@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recursa.cli.tables import Col, Row, flex_widths, print_table
+from recursa.cli.tables import Col, Row, cell_len, fit, flex_widths, print_table
 
 COLUMNS = (Col("ID"), Col("TITLE", flex=True), Col("N", right=True))
 
@@ -53,3 +53,32 @@ def test_flex_columns_share_the_room_left_and_keep_their_headers() -> None:
     assert flex_widths(columns, [10, 8, 30], room=40) == [None, 8, 22]
     # Too narrow for anything: the headers stay readable.
     assert flex_widths(columns, [10, 8, 30], room=12) == [None, 5, 6]
+
+
+def test_wide_characters_take_two_cells_and_identifiers_are_never_cut(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "30")
+    print_table(COLUMNS, [("h-0123456789", "日本語のタイトルはとても長い", "3")])
+    _, row = capsys.readouterr().out.splitlines()
+    assert row.startswith("h-0123456789  日本") and "…" in row and row.endswith("  3")
+    assert cell_len(row) <= 30
+    assert cell_len("日本") == 4 and cell_len("e\u0301") == 1 and fit("日本語", 4) == "日…"
+    # Fixed columns alone wider than the terminal: the line runs past the edge
+    # rather than cut an identifier.
+    monkeypatch.setenv("COLUMNS", "10")
+    print_table(COLUMNS, [("h-0123456789", "title", "3")])
+    _, row = capsys.readouterr().out.splitlines()
+    assert row.startswith("h-0123456789  ")
+
+
+def test_colour_is_a_bold_header_and_dim_quiet_rows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr("recursa.cli.tables.color_enabled", lambda stream: True)
+    print_table(COLUMNS, [("h-1", "a", "1"), Row(("h-2", "b", "2"), quiet=True)])
+    header, plain, quiet = capsys.readouterr().out.splitlines()
+    assert header.startswith("\x1b[1mID") and header.endswith("\x1b[0m")
+    assert "\x1b" not in plain
+    assert quiet.startswith("\x1b[2mh-2") and quiet.endswith("\x1b[0m")

@@ -3,9 +3,9 @@
 Every :class:`~recursa.errors.RecursaError` becomes one line on stderr and its
 exit code; a traceback is only ever shown for a bug, with a note saying so.
 
-Startup: ``recursa --help`` imports the command modules (Typer needs their
-signatures) but not the daemon's client; each module imports what its
-commands need at the top, and rich (tables) on first use.
+Startup: a call imports only the module of the command it runs
+(:mod:`recursa.cli.commands` lists them all for ``--help``); each module
+imports what its commands need at the top, and rich (tables) on first use.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import traceback
 
 import typer
 
+from recursa.cli.commands import LazyGroup
 from recursa.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, epilog
 from recursa.errors import RecursaError
 from recursa.redact import RedactingFilter, redact
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     epilog=epilog(),
+    cls=LazyGroup,
 )
 
 
@@ -39,20 +41,6 @@ def _before_any_command() -> None:
     from recursa.daemon.client import harden_process
 
     harden_process()
-
-
-def _register() -> None:
-    # Commands live in their own modules; importing them registers them on `app`.
-    import recursa.cli.control
-    import recursa.cli.daemon
-    import recursa.cli.evals
-    import recursa.cli.harness
-    import recursa.cli.kernel_env
-    import recursa.cli.models
-    import recursa.cli.run
-    import recursa.cli.sessions
-    import recursa.cli.view
-    import recursa.cli.web  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +57,6 @@ def main(argv: list[str] | None = None) -> None:
         # What a runtime hosted here (--no-daemon) logs reaches stderr through
         # the last-resort handler: without URL credentials, like daemon.log.
         last.addFilter(RedactingFilter())
-    _register()
     try:
         app(args=argv)
     except RecursaError as exc:

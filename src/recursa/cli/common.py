@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from recursa.cli.tables import Col, Row, print_table
-from recursa.config import load_config
 from recursa.errors import UsageError
 from recursa.protocol.fields import MAX_NAME_CHARS
 from recursa.protocol.wire import to_json
@@ -54,12 +53,13 @@ ForceOpt = Annotated[
 
 
 def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
-    """Run ``work`` with a client of the daemon, starting one when none runs."""
+    """Run ``work`` with a client of the daemon, starting one when none runs
+    (the configuration file is read only then, by :func:`~recursa.daemon.client.connect`)."""
 
     async def go() -> T:
         from recursa.daemon.client import connect
 
-        async with connect(load_config()) as client:
+        async with connect() as client:
             return await work(client)
 
     return asyncio.run(go())

@@ -22,7 +22,7 @@ from recursa.cli.context_files import ContextFileOpt, read_context_files
 from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
 from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
-from recursa.config import color_enabled, load_config
+from recursa.config import color_enabled
 from recursa.protocol.events import StatusChanged, TurnStarted
 from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def _client() -> contextlib.AbstractAsyncContextManager[DaemonClient]:
     from recursa.daemon.client import connect
 
-    return connect(load_config())
+    return connect()
 
 
 @app.command()

@@ -1,20 +1,24 @@
 """Tables for a person: every listing the CLI prints (sessions, usage, harness
 entries and their log, scheduled jobs, models) goes through :func:`print_table`.
+A table is printed on stdout at the terminal's width (``COLUMNS`` when set,
+else the size of the terminal on stdin, stdout or stderr, else 80), with one
+line per row: when a row is wider than that, the columns marked ``flex``
+(titles, prompts, reasons) shrink first and end in "…"; identifiers are never
+cut (a table whose fixed columns alone are wider than the terminal runs past
+its edge). Widths are terminal cells (a wide character takes two). Colour
+(a bold header, dim quiet rows) only when :func:`recursa.config.color_enabled`
+allows it on stdout. ``--json`` is for programs; these tables are for eyes
+and may change.
 
-A table is rendered by rich on stdout at the terminal's width (``COLUMNS``
-when set, 80 when there is no terminal), with one line per row: when a row is
-wider than that, the columns marked ``flex`` (titles, prompts, reasons) shrink
-first and end in "…"; identifiers never wrap. Colour only when
-:func:`recursa.config.color_enabled` allows it on stdout. ``--json`` is for
-programs; these tables are for eyes and may change.
-
-rich is imported here, on first use, so that ``recursa --help`` and the
-commands that print no table do not pay for it.
+No rich here: a table is columns of plain text, and importing rich's console
+would cost every listing command more than the rest of its work.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +26,9 @@ from recursa.cli.render import printable
 from recursa.config import color_enabled
 
 _SPACES = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+_BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
+DEFAULT_WIDTH = 80
+ELLIPSIS = "…"
 
 
 @dataclass(frozen=True)
@@ -49,55 +56,78 @@ def cell_text(value: str) -> str:
     return printable(value).translate(_SPACES)
 
 
+def cell_len(text: str) -> int:
+    """How many terminal cells ``text`` takes: wide (East Asian) characters two,
+    combining marks and format characters none, the rest one."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_cells(char) for char in text)
+
+
+def _char_cells(char: str) -> int:
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def fit(text: str, cells: int) -> str:
+    """``text`` cut to at most ``cells`` cells, ending in "…" when it was cut."""
+    if cell_len(text) <= cells:
+        return text
+    room = max(0, cells - 1)
+    kept, used = [], 0
+    for char in text:
+        width = _char_cells(char)
+        if used + width > room:
+            break
+        kept.append(char)
+        used += width
+    return "".join(kept) + ELLIPSIS if cells else ""
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` when it is a number, else the width of the terminal on
+    stdin, stdout or stderr (a table piped to a pager is as wide as the
+    terminal the person reads it on), else :data:`DEFAULT_WIDTH`."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for fd in (0, 1, 2):
+        try:
+            width = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if width > 0:
+            return width
+    return DEFAULT_WIDTH
+
+
 def print_table(columns: Sequence[Col], rows: Iterable[Row | Sequence[str]]) -> None:
     """Print a table with a header line to stdout, one line per row."""
-    from rich.cells import cell_len
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     color = color_enabled(sys.stdout)
-    console = Console(
-        file=sys.stdout,
-        color_system="auto" if color else None,
-        no_color=not color,
-        markup=False,
-        emoji=False,
-        highlight=False,
-    )
     lines = [line if isinstance(line, Row) else Row(line) for line in rows]
     cells = [[cell_text(c) for c in line.cells] for line in lines]
     natural = [
         max([cell_len(col.header), *(cell_len(row[i]) for row in cells)])
         for i, col in enumerate(columns)
     ]
-    caps = flex_widths(columns, natural, console.width - GAP * (len(columns) - 1))
-    table = Table(
-        box=None,
-        pad_edge=False,
-        padding=(0, GAP // 2),
-        show_edge=False,
-        header_style="bold" if color else "",
-    )
-    for col, cap in zip(columns, caps, strict=True):
-        table.add_column(
-            col.header,
-            justify="right" if col.right else "left",
-            no_wrap=True,
-            overflow="ellipsis",
-            max_width=cap,
-        )
+    caps = flex_widths(columns, natural, terminal_width() - GAP * (len(columns) - 1))
+    widths = [w if cap is None else min(w, cap) for w, cap in zip(natural, caps, strict=True)]
+
+    def line_of(texts: Sequence[str]) -> str:
+        out = []
+        for col, width, text in zip(columns, widths, texts, strict=True):
+            shown = fit(text, width)
+            pad = " " * (width - cell_len(shown))
+            out.append(pad + shown if col.right else shown + pad)
+        return (" " * GAP).join(out).rstrip(" ")
+
+    header = line_of([col.header for col in columns])
+    out = [f"{_BOLD}{header}{_RESET}" if color else header]
     for line, row in zip(lines, cells, strict=True):
-        table.add_row(
-            *(Text(c, no_wrap=True, overflow="ellipsis") for c in row),
-            style="dim" if line.quiet and color else None,
-        )
-    with console.capture() as captured:
-        console.print(table)
-    # rich pads every line to the table's width; the trailing blanks are noise
-    # in a pipe and in a narrower terminal.
-    for text in captured.get().splitlines():
-        sys.stdout.write(text.rstrip(" ") + "\n")
+        text = line_of(row)
+        out.append(f"{_DIM}{text}{_RESET}" if line.quiet and color and text else text)
+    sys.stdout.write("\n".join(out) + "\n")
 
 
 GAP = 2
@@ -124,4 +154,13 @@ def flex_widths(columns: Sequence[Col], natural: Sequence[int], room: int) -> li
     return caps
 
 
-__all__ = ["Col", "Row", "cell_text", "flex_widths", "print_table"]
+__all__ = [
+    "Col",
+    "Row",
+    "cell_len",
+    "cell_text",
+    "fit",
+    "flex_widths",
+    "print_table",
+    "terminal_width",
+]

@@ -34,9 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
-import httpx2
-
-from recursa.config import Config, environment
+from recursa.config import Config, environment, home_dir, load_config
 from recursa.daemon.harden import harden_process
 from recursa.daemon.paths import DaemonPaths, read_token
 from recursa.daemon.transport import (
@@ -75,7 +73,6 @@ from recursa.protocol.person_ops import (
     SessionsQuery,
 )
 from recursa.protocol.wire import (
-    API_PREFIX,
     HEARTBEAT_SECONDS,
     CreateSession,
     DaemonStatus,
@@ -162,7 +159,6 @@ class DaemonClient:
         """The status, or None when no daemon accepts a connection (or none ever
         ran here, or the connection broke: it is going away). Never retries."""
         try:
-            self._transport.http()
             response = await self._transport.send(Outgoing("GET", STATUS.path))
         except (NotRunning, Dropped):
             return None
@@ -284,8 +280,8 @@ class DaemonClient:
             if limit is not None and not yielded:
                 params["limit"] = str(limit)
             try:
-                async with self._transport.http().stream(
-                    "GET", API_PREFIX + path, params=params, timeout=self._stream_timeout
+                async with self._transport.stream(
+                    path, params, timeout=self._stream_timeout
                 ) as response:
                     if response.status_code != 200:
                         await response.aread()
@@ -306,10 +302,10 @@ class DaemonClient:
                     return
                 # A followed stream ends only with a shutdown line; anything
                 # else is a connection cut short: resume.
-            except (httpx2.ConnectError, httpx2.ConnectTimeout, FileNotFoundError) as exc:
+            except NotRunning as exc:
                 if not connected_once:
                     raise self._transport.not_running() from exc
-            except (httpx2.TransportError, httpx2.TimeoutException, Dropped):
+            except Dropped:
                 pass
             now = time.monotonic()
             if deadline is None:
@@ -324,8 +320,13 @@ class DaemonClient:
 
 
 @contextlib.asynccontextmanager
-async def connect(config: Config, *, in_process: bool = False) -> AsyncIterator[DaemonClient]:
+async def connect(
+    config: Config | None = None, *, in_process: bool = False
+) -> AsyncIterator[DaemonClient]:
     """A client of the daemon serving ``config.home``, started when none runs.
+    Without ``config``, the home is the environment's (``RECURSA_HOME``) and the
+    configuration file is not read here: a running daemon has its own, and one
+    started here reads it (a malformed file is its error then).
 
     With ``in_process`` (``recursa run --no-daemon``), the runtime is hosted in
     this process instead, on a private socket with a token of its own, and
@@ -334,12 +335,14 @@ async def connect(config: Config, *, in_process: bool = False) -> AsyncIterator[
     if not in_process:
         from recursa.daemon import process
 
-        await process.start(config.home, env=environment(), reuse=True)
-        async with DaemonClient(config.home) as client:
+        home = home_dir() if config is None else config.home
+        await process.start(home, env=environment(), reuse=True)
+        async with DaemonClient(home) as client:
             yield client
         return
     from recursa.daemon.embedded import serve_local
 
+    config = config or load_config()
     async with (
         serve_local(config) as (socket, token),
         DaemonClient(config.home, socket=socket, token=token) as client,

@@ -47,7 +47,6 @@ from recursa.daemon.paths import (
     read_state,
 )
 from recursa.errors import DaemonError, one_line
-from recursa.kernel.pids import is_alive
 from recursa.protocol.wire import DaemonStatus
 
 START_TIMEOUT = 30.0
@@ -275,6 +274,10 @@ async def _wait_exit(paths: DaemonPaths, pid: int, deadline: float) -> bool:
 def _alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (as :func:`~recursa.kernel.pids.is_alive`
     decides); a daemon this process spawned is reaped once it is gone."""
+    # Imported here: the kernel package (jupyter_client, psutil) is not a
+    # client's to load for a call to a running daemon.
+    from recursa.kernel.pids import is_alive
+
     proc = _spawned.get(pid)
     if proc is not None:
         if proc.poll() is None:

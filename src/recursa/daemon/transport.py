@@ -1,9 +1,9 @@
 r"""The daemon client's transport: HTTP/1.1 over the daemon's unix socket.
 
-:class:`Transport` holds one ``httpx2`` connection pool with the daemon's
-token, sends requests, and resends a mutating one once (with the same
-command key) after the connection dropped, when the daemon accepts
-connections again within the reconnect window. Failures are one-line
+:class:`Transport` sends requests with the daemon's token (over
+:mod:`recursa.daemon.http1`, a connection each), and resends a mutating one
+once (with the same command key) after the connection dropped, when the
+daemon accepts connections again within the reconnect window. Failures are one-line
 :class:`~recursa.errors.DaemonError`\ s; the daemon's own errors become
 their classes (:mod:`recursa.daemon.errormap`).
 """
@@ -11,16 +11,17 @@ their classes (:mod:`recursa.daemon.errormap`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
-import httpx2
-
+from recursa.daemon import http1
 from recursa.daemon.errormap import MAX_MESSAGE_CHARS, error_from_wire
 from recursa.daemon.paths import DaemonPaths, read_state, read_token
 from recursa.errors import DaemonError, one_line
@@ -75,27 +76,27 @@ class Transport:
         self._timeout = timeout
         self._reconnect_window = reconnect_window
         self._client_id = client_id
-        self._http: httpx2.AsyncClient | None = None
+        self._where: tuple[str, str] | None = None
+        self._streams: set[http1.StreamingResponse] = set()
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        """Close the connections of streams still open (a request's own
+        connection closes with its reply)."""
+        for response in list(self._streams):
+            response.close()
+        self._streams.clear()
+        self._where = None
 
-    def http(self) -> httpx2.AsyncClient:
-        if self._http is None:
+    def where(self) -> tuple[str, str]:
+        """The socket to connect to and the token to show, read once (the
+        home's token file, the daemon's state file); a :class:`DaemonError`
+        saying no daemon runs when there is no token."""
+        if self._where is None:
             token = self._token or read_token(self._paths)
             if token is None:
                 raise self.not_running()
-            transport = httpx2.AsyncHTTPTransport(uds=str(self.socket_path()), retries=0)
-            self._http = httpx2.AsyncClient(
-                transport=transport,
-                base_url="http://recursa",
-                headers={"authorization": f"Bearer {token}"},
-                timeout=httpx2.Timeout(self._timeout, connect=CONNECT_TIMEOUT),
-                trust_env=False,
-            )
-        return self._http
+            self._where = (str(self.socket_path()), token)
+        return self._where
 
     def socket_path(self) -> Path:
         if self._socket is not None:
@@ -116,7 +117,7 @@ class Transport:
         body: object = None,
         mutating: bool = False,
         retry: bool = True,
-        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
+        timeout: float | None = None,  # noqa: ASYNC109 -- a read timeout, passed to http1
     ) -> Any:
         headers = {"content-type": "application/json"} if body is not None else {}
         if mutating:
@@ -134,29 +135,61 @@ class Transport:
             response = await self.resend(request)
         return decode_reply(response, method, path)
 
-    async def send(self, request: Outgoing) -> httpx2.Response:
+    async def send(self, request: Outgoing) -> http1.Response:
         """One request, once."""
         wait = self._timeout if request.timeout is None else request.timeout
+        socket, token = self.where()
         try:
-            return await self.http().request(
+            return await http1.request(
+                socket,
                 request.method,
                 API_PREFIX + request.path,
+                headers={**request.headers, "authorization": f"Bearer {token}"},
                 content=request.content,
-                headers=request.headers,
-                timeout=httpx2.Timeout(wait, connect=CONNECT_TIMEOUT),
+                timeout=wait,
+                connect_timeout=CONNECT_TIMEOUT,
             )
-        except (httpx2.ConnectError, FileNotFoundError) as exc:
+        except http1.ConnectFailed as exc:
             raise NotRunning() from exc
-        except httpx2.ConnectTimeout:
-            raise DaemonError(
-                f"the daemon at {self.socket_path()} accepts no connections"
-            ) from None
-        except httpx2.TimeoutException:
+        except http1.ConnectTimedOut:
+            raise DaemonError(f"the daemon at {socket} accepts no connections") from None
+        except http1.ReadTimedOut:
             raise DaemonError(f"the daemon did not answer {request} within {wait:g}s") from None
-        except httpx2.TransportError as exc:
+        except http1.Broken as exc:
             raise Dropped() from exc
 
-    async def resend(self, request: Outgoing) -> httpx2.Response:
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        timeout: float,  # noqa: ASYNC109 -- between two pieces of the stream
+    ) -> AsyncIterator[http1.StreamingResponse]:
+        """A GET whose reply is read as it comes. Raises :class:`NotRunning`
+        when nothing accepts the connection (in time), :class:`Dropped` when it
+        breaks or falls silent past ``timeout``."""
+        socket, token = self.where()
+        target = f"{API_PREFIX}{path}?{urlencode(params)}" if params else API_PREFIX + path
+        try:
+            async with http1.stream(
+                socket,
+                "GET",
+                target,
+                headers={"authorization": f"Bearer {token}"},
+                timeout=timeout,
+                connect_timeout=CONNECT_TIMEOUT,
+            ) as response:
+                self._streams.add(response)
+                try:
+                    yield response
+                finally:
+                    self._streams.discard(response)
+        except (http1.ConnectFailed, http1.ConnectTimedOut) as exc:
+            raise NotRunning() from exc
+        except (http1.ReadTimedOut, http1.Broken) as exc:
+            raise Dropped() from exc
+
+    async def resend(self, request: Outgoing) -> http1.Response:
         """Send once more with the same command id, once the daemon accepts a
         connection again (a refused connection sent nothing, so it is retried)."""
         deadline = time.monotonic() + self._reconnect_window
@@ -180,7 +213,7 @@ class Transport:
                 ) from None
 
 
-def decode_reply(response: httpx2.Response, method: str, path: str) -> Any:
+def decode_reply(response: http1.Response, method: str, path: str) -> Any:
     """A successful reply's JSON, or the error it carries, raised."""
     if not response.is_success:
         raise error_of(response)
@@ -190,7 +223,7 @@ def decode_reply(response: httpx2.Response, method: str, path: str) -> Any:
         raise DaemonError(f"the daemon sent a malformed reply to {method} {path}") from None
 
 
-def error_of(response: httpx2.Response) -> Exception:
+def error_of(response: http1.Response | http1.StreamingResponse) -> Exception:
     try:
         error = response.json()["error"]
         kind, message = error["kind"], error["message"]

@@ -1,0 +1,143 @@
+"""A client call of the CLI is light: ``recursa agents``, ``usage`` and ``logs``
+against a real daemon (on its socket, with a real kernel behind the session)
+print what they should, and load neither the model SDKs nor the runtime,
+kernel, store or session code, nor the daemon's server side, nor the other
+commands' modules (issue 15: "a fast CLI")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon_kit import recursa
+from recursa.cli.commands import COMMANDS
+from recursa.testing import FakeModelServer, Reply, ToolCallSpec
+
+# Runs the CLI in this process, then prints every module it loaded as the last
+# line of stderr (after whatever the command printed there).
+PROBE = """
+import json, sys
+from recursa.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+# Packages a client call has no use for: the SDKs, the kernel's machinery, the
+# daemon's server stack, the data stack; a general HTTP client (the daemon's
+# client speaks HTTP/1.1 on asyncio) and rich (tables are plain text).
+FORBIDDEN_PACKAGES = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "anyio",
+    "h11",
+    "rich",
+    "jupyter_client",
+    "zmq",
+    "ipykernel",
+    "psutil",
+    "starlette",
+    "uvicorn",
+    "sqlite3",
+    "textual",
+    "numpy",
+)
+FORBIDDEN_RECURSA = (
+    "recursa.runtime",
+    "recursa.session",
+    "recursa.kernel",
+    "recursa.store",
+    "recursa.harness",
+    "recursa.control",
+    "recursa.evals",
+    "recursa.view",
+    "recursa.api",
+    "recursa.testing",
+    "recursa.daemon.app",
+    "recursa.daemon.server",
+    "recursa.daemon.host",
+    "recursa.daemon.machine",
+    "recursa.daemon.embedded",
+)
+# recursa.models.types is the provider-neutral types protocol's events carry;
+# the providers themselves (and their SDKs) are not loaded.
+ALLOWED_MODELS = {"recursa.models", "recursa.models.types"}
+
+
+def probe(args: list[str], env: dict[str, str], cwd: Path) -> tuple[str, list[str]]:
+    """Run ``recursa ARGS`` in a fresh process: its stdout and loaded modules."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    *_, last = result.stderr.strip().splitlines()
+    report = json.loads(last)
+    assert report["code"] == 0, result.stderr
+    return result.stdout, report["modules"]
+
+
+def heavy(modules: list[str], command: str) -> list[str]:
+    """What of ``modules`` a client call of ``command`` must not load."""
+    own = COMMANDS[command].module
+    other_commands = {entry.module for entry in COMMANDS.values()} - {own}
+    return [
+        name
+        for name in modules
+        if name.split(".")[0] in FORBIDDEN_PACKAGES
+        or name.startswith(FORBIDDEN_RECURSA)
+        or (name.startswith("recursa.models.") and name not in ALLOWED_MODELS)
+        or name in other_commands
+    ]
+
+
+@pytest.fixture
+def session(server: FakeModelServer, env: dict[str, str], tmp_path: Path) -> str:
+    """A session that ran a cell and answered, in a running daemon."""
+    cell = ToolCallSpec("python", {"code": "print(6 * 7)"})
+    server.push(Reply(tool_calls=[cell]), Reply(text="forty-two"))
+    started = recursa(["run", "--detach", "--model", "openai/m", "compute"], env, tmp_path)
+    assert started.returncode == 0, started.stderr
+    ref = started.stdout.strip().splitlines()[-1]
+    idle = recursa(["attach", ref, "--until-idle", "--after", "0"], env, tmp_path)
+    assert idle.returncode == 0, idle.stderr
+    return ref
+
+
+def test_agents_usage_and_logs_load_no_heavy_module(
+    session: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    out, modules = probe(["agents"], env, tmp_path)
+    assert session in out and "idle" in out
+    assert heavy(modules, "agents") == []
+
+    out, modules = probe(["usage", session], env, tmp_path)
+    assert session in out
+    assert heavy(modules, "usage") == []
+
+    out, modules = probe(["logs", session], env, tmp_path)
+    assert "print(6 * 7)" in out and "forty-two" in out
+    assert heavy(modules, "logs") == []
+
+
+def test_the_check_sees_a_heavy_module(env: dict[str, str], tmp_path: Path) -> None:
+    # The check can fail: `recursa models` asks this machine, not the daemon,
+    # and loads the model catalogue to do so.
+    _, modules = probe(["models", "--json"], env, tmp_path)
+    assert heavy(modules, "models") != []
