@@ -42,7 +42,10 @@ def test_items_are_sized_by_the_tokenizer_and_split_around_the_context(
     for item in niah:
         tokens = tokenizer.count(item.prompt)
         assert item.meta["tokens"] == tokens
-        assert 0.8 * 2048 <= tokens <= 2048 - 128  # RULER keeps room for 128 answer tokens
+        # RULER keeps room for 128 answer tokens, and grows an essay haystack by
+        # 500 words (some 650 tokens): at 2k a prompt fills 60-95% of the length,
+        # by the tokenizer (SmolLM2's gives ~1320 tokens, Qwen's more words a token).
+        assert 0.6 * 2048 <= tokens <= 2048 - 128
         start, end = item.meta["context_span"]
         assert item.prompt[:start] + item.context + item.prompt[end:] == item.prompt
         assert item.prompt[start:end] == item.context
