@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -240,38 +240,35 @@ class StreamReader:
         """The events ``chunk`` completes; a failure found in it comes last."""
         if self.finished or self.ended:
             return []
-        try:
-            return self._read_all(self._decoder.feed(chunk))
-        except StreamFailure as failure:
-            return self._fail(failure.failed)
-        except _MALFORMED as exc:  # undecodable JSON or text, or JSON of the wrong shape
-            return self._fail(self._undecodable(exc))
+        return self._read_all(self._decoder.feed(chunk))
 
     def close(self) -> list[StreamEvent]:
         """The events the end of the body completes, the final ``Done`` or ``Failed`` last."""
         if self.finished:
             return []
-        try:
-            out = [] if self.ended else self._read_all(self._decoder.finish())
-        except StreamFailure as failure:
-            return self._fail(failure.failed)
-        except _MALFORMED as exc:
-            return self._fail(self._undecodable(exc))
-        self.finished = True
-        out.append(self.result())
+        out = [] if self.ended else self._read_all(self._decoder.finish())
+        if not self.finished:
+            self.finished = True
+            out.append(self.result())
         return out
 
-    def _read_all(self, events: Iterable[ServerSentEvent]) -> list[StreamEvent]:
+    def _read_all(self, events: Iterator[ServerSentEvent]) -> list[StreamEvent]:
+        """What ``events`` give, up to the end marker or a failure (then last)."""
         out: list[StreamEvent] = []
-        for sse in events:
-            out.extend(self.read(sse))
-            if self.ended:
-                break
+        try:
+            for sse in events:
+                out.extend(self.read(sse))
+                if self.ended:
+                    break
+        except StreamFailure as failure:
+            out.append(self._fail(failure.failed))
+        except _MALFORMED as exc:  # undecodable JSON or text, or JSON of the wrong shape
+            out.append(self._fail(self._undecodable(exc)))
         return out
 
-    def _fail(self, failed: Failed) -> list[StreamEvent]:
+    def _fail(self, failed: Failed) -> Failed:
         self.finished = True
-        return [failed]
+        return failed
 
     def _undecodable(self, exc: Exception) -> Failed:
         detail = str(exc) if isinstance(exc, ValueError) else f"unexpected shape: {_named(exc)}"

@@ -24,6 +24,7 @@ as a malformed stream.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -48,8 +49,9 @@ class SSEDecoder:
         self._last_id: str | None = None
         self._retry: int | None = None
 
-    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        """The events completed by ``chunk``."""
+    def feed(self, chunk: bytes) -> Iterator[ServerSentEvent]:
+        """The events completed by ``chunk``, read lazily: an undecodable line
+        raises only once the events before it have been taken."""
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
@@ -58,7 +60,7 @@ class SSEDecoder:
             chunk = self._buffer + chunk
             self._buffer = b""
         if not chunk:
-            return []
+            return
         lines = chunk.splitlines(keepends=True)
         last = lines[-1]
         end = last[-1:]
@@ -66,20 +68,18 @@ class SSEDecoder:
             self._skip_lf = True  # complete, but an LF may follow in the next chunk
         elif end != b"\n":
             self._buffer = lines.pop()
-        events: list[ServerSentEvent] = []
         for raw in lines:
             event = self._line(raw.rstrip(b"\r\n").decode())
             if event is not None:
-                events.append(event)
-        return events
+                yield event
 
-    def finish(self) -> list[ServerSentEvent]:
+    def finish(self) -> Iterator[ServerSentEvent]:
         """The events completed by the end of the stream (an unterminated last line)."""
         buffer, self._buffer = self._buffer, b""
-        if not buffer:
-            return []
-        event = self._line(buffer.decode())
-        return [] if event is None else [event]
+        if buffer:
+            event = self._line(buffer.decode())
+            if event is not None:
+                yield event
 
     def _line(self, line: str) -> ServerSentEvent | None:
         if not line:
