@@ -1,9 +1,12 @@
-"""The Anthropic provider: the Messages API, streamed, through the official SDK.
+"""The Anthropic provider: the Messages API, streamed, with the official SDK as transport.
 
-It reads the raw server-sent events of ``messages.create(stream=True)``
-(``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
-``message_stop``, ``error``) and assembles text and ``tool_use`` blocks, whose
-input arrives as ``input_json_delta`` pieces.
+The request body is built here (:func:`build_body`) and posted through the
+SDK client (auth, headers, timeouts and status errors are the SDK's); the
+response's raw server-sent events (``message_start``,
+``content_block_start/delta/stop``, ``message_delta``, ``message_stop``,
+``error``) are read by :class:`EventReader` straight from their JSON, which
+assembles text and ``tool_use`` blocks, whose input arrives as
+``input_json_delta`` pieces. See :mod:`recursa.models._sdk`.
 
 Translation rules the API imposes:
 

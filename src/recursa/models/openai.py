@@ -1,4 +1,10 @@
-"""The OpenAI-compatible provider: Chat Completions, streamed, through the official SDK.
+"""The OpenAI-compatible provider: Chat Completions, streamed, with the official SDK as transport.
+
+The request body is built here (:func:`build_body`) and posted through the
+SDK client (auth, headers, timeouts and status errors are the SDK's); the
+response's raw server-sent events are read by :class:`ChunkReader` straight
+from their JSON, without the SDK's pydantic chunk objects. See
+:mod:`recursa.models._sdk`.
 
 One class serves the official endpoint and every server that speaks the same
 protocol (vLLM, llama.cpp, Ollama, LM Studio, proxies). Where they differ the
