@@ -133,8 +133,8 @@ class SDKProvider(Generic[C]):
         Raises the SDK's own errors (status, connection, timeout)."""
         raise NotImplementedError
 
-    def _failure(self, exc: Exception, *, started: bool) -> Failed:
-        """Translate an SDK exception; ``started`` means the response had begun."""
+    def _failure(self, exc: Exception) -> Failed:
+        """Translate an SDK exception raised before the response's body was read."""
         raise NotImplementedError
 
     async def _run(
@@ -148,8 +148,9 @@ class SDKProvider(Generic[C]):
         try:
             response = await self._open(body)
         except self._errors.base as exc:
-            yield self._failure(exc, started=False)
+            yield self._failure(exc)
             return
+        # An async generator; closed here rather than left to the event loop's finalizer.
         chunks = response.aiter_bytes()
         try:
             async for chunk in chunks:
@@ -169,24 +170,23 @@ class SDKProvider(Generic[C]):
                 self.name, "malformed", f"cut short: {_named(exc)}", self._secrets
             )
         finally:
+            await chunks.aclose()
             await response.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP client and its pooled connections."""
         await self._client.close()
 
-    def _shared_failure(self, exc: Exception, *, started: bool) -> Failed | None:
-        """The failure for a timeout, a lost connection (``malformed`` once the
-        response had ``started``: a cut-short reply) or an invalid response;
-        None for the vendor's own errors."""
+    def _shared_failure(self, exc: Exception) -> Failed | None:
+        """The failure for a timeout, a connection that could not be made or
+        an invalid response; None for the vendor's own errors. (Once the body
+        streams, :meth:`_run` translates the transport's errors itself.)"""
         name, secrets = self.name, self._secrets
         if isinstance(exc, self._errors.timeout):
             return _errors.failure(
                 name, "timeout", f"no response within {self._timeout:g} s", secrets
             )
         if isinstance(exc, self._errors.connection):
-            if started:
-                return _errors.failure(name, "malformed", f"cut short: {_cause(exc)}", secrets)
             return _errors.failure(name, "network", _cause(exc), secrets)
         if isinstance(exc, self._errors.validation):
             return _errors.failure(name, "malformed", getattr(exc, "message", str(exc)), secrets)

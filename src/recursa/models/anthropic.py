@@ -126,9 +126,9 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
             stream_cls=None,
         )
 
-    def _failure(self, exc: Exception, *, started: bool) -> Failed:
-        """Translate an SDK exception; ``started`` means the response had begun."""
-        shared = self._shared_failure(exc, started=started)
+    def _failure(self, exc: Exception) -> Failed:
+        """Translate an SDK exception raised before the response's body was read."""
+        shared = self._shared_failure(exc)
         if shared is not None:
             return shared
         name, secrets = self.name, self._secrets
