@@ -7,18 +7,46 @@ response that does not validate has a ``message``). Where they differ is
 data, an :class:`SDKErrors` naming each SDK's classes, not a subclass per
 vendor. What is the vendor's own (the status errors' bodies, the stream's
 events) stays in :mod:`recursa.models.openai` and :mod:`recursa.models.anthropic`.
+
+The SDKs are the transport, not the parser. A request body is built as a
+plain dict and sent with the client's ``post(..., cast_to=httpx2.Response,
+stream=True)``: auth, base URL, headers, timeouts and the status errors
+(``APIStatusError`` and its kin, raised before any byte of the body is read)
+stay the SDK's. The body of the response is read as raw bytes, decoded by
+:mod:`recursa.models._sse`, and turned into :data:`StreamEvent` values by a
+vendor's :class:`StreamReader` straight from ``json.loads`` output, without
+the SDKs' per-chunk pydantic objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+import anyio
+import httpx2
 
 from recursa.config import Config, ProviderConfig
 from recursa.errors import ModelUnavailable
 from recursa.models import _errors, catalog
-from recursa.models.types import Failed, ModelInfo
+from recursa.models._sse import ServerSentEvent, SSEDecoder
+from recursa.models.types import Done, Failed, ModelInfo, StreamEvent
+
+DRAIN_SECONDS = 0.1
+"""How long the rest of a body is read after the stream's own end marker
+(OpenAI's ``[DONE]``), so that the connection goes back to the pool; a server
+that holds it open longer loses the connection instead of delaying the reply.
+The SDKs allow the same."""
+
+_BROKEN = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+"""What a connection that breaks mid-body raises (the SDKs' own list)."""
+
+_MALFORMED = (ValueError, TypeError, AttributeError, KeyError)
+"""What reading an event's data raises when it is not the JSON, or not the
+shape, the vendor sends: the server's fault, so a ``malformed`` failure."""
 
 
 class _Client(Protocol):
@@ -32,6 +60,7 @@ C = TypeVar("C", bound=_Client)
 class SDKErrors:
     """One SDK's exception classes for the failures every SDK shares."""
 
+    base: type[Exception]
     timeout: type[Exception]
     connection: type[Exception]
     validation: type[Exception]
@@ -39,7 +68,9 @@ class SDKErrors:
 
 class SDKProvider(Generic[C]):
     """The shared half of an SDK-backed provider over an SDK client ``C``; the
-    vendor's class adds ``stream()`` and the translation of its status errors.
+    vendor's class adds ``stream()``, which builds the request body and a
+    :class:`StreamReader` and hands both to :meth:`_run`, ``_open()``, which
+    sends the body through the SDK client, and the translation of its status errors.
 
     Invariant: ``_secrets`` holds every secret a failure message could echo
     (this provider's key and the configuration's), never the placeholder key,
@@ -93,22 +124,69 @@ class SDKProvider(Generic[C]):
             context_window=catalog.context_window(ref, self._config.context_windows),
         )
 
+    stall_detail = "no data within"
+    """How a timeout while the body streams is described (before the timeout in seconds)."""
+
+    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+        """Send ``body`` through the SDK client; the response, its body not yet read.
+
+        Raises the SDK's own errors (status, connection, timeout)."""
+        raise NotImplementedError
+
+    def _failure(self, exc: Exception) -> Failed:
+        """Translate an SDK exception raised before the response's body was read."""
+        raise NotImplementedError
+
+    async def _run(
+        self, body: dict[str, object], reader: StreamReader
+    ) -> AsyncIterator[StreamEvent]:
+        """Send ``body`` and yield what ``reader`` makes of the streamed reply,
+        ending with exactly one ``Done`` or ``Failed``.
+
+        The response is closed whenever the stream ends, is closed early or is
+        cancelled; ``CancelledError`` propagates unchanged."""
+        try:
+            response = await self._open(body)
+        except self._errors.base as exc:
+            yield self._failure(exc)
+            return
+        # An async generator; closed here rather than left to the event loop's finalizer.
+        chunks = response.aiter_bytes()
+        try:
+            async for chunk in chunks:
+                for event in reader.feed(chunk):
+                    yield event
+                if reader.finished:
+                    return
+                if reader.ended:
+                    await _drain(chunks)
+                    break
+            for event in reader.close():
+                yield event
+        except httpx2.TimeoutException:
+            yield _errors.failure(self.name, "timeout", f"{self.stall_detail} {self._timeout:g} s")
+        except _BROKEN as exc:
+            yield _errors.failure(
+                self.name, "malformed", f"cut short: {_named(exc)}", self._secrets
+            )
+        finally:
+            await chunks.aclose()
+            await response.aclose()
+
     async def aclose(self) -> None:
         """Close the HTTP client and its pooled connections."""
         await self._client.close()
 
-    def _shared_failure(self, exc: Exception, *, started: bool) -> Failed | None:
-        """The failure for a timeout, a lost connection (``malformed`` once the
-        response had ``started``: a cut-short reply) or an invalid response;
-        None for the vendor's own errors."""
+    def _shared_failure(self, exc: Exception) -> Failed | None:
+        """The failure for a timeout, a connection that could not be made or
+        an invalid response; None for the vendor's own errors. (Once the body
+        streams, :meth:`_run` translates the transport's errors itself.)"""
         name, secrets = self.name, self._secrets
         if isinstance(exc, self._errors.timeout):
             return _errors.failure(
                 name, "timeout", f"no response within {self._timeout:g} s", secrets
             )
         if isinstance(exc, self._errors.connection):
-            if started:
-                return _errors.failure(name, "malformed", f"cut short: {_cause(exc)}", secrets)
             return _errors.failure(name, "network", _cause(exc), secrets)
         if isinstance(exc, self._errors.validation):
             return _errors.failure(name, "malformed", getattr(exc, "message", str(exc)), secrets)
@@ -118,11 +196,100 @@ class SDKProvider(Generic[C]):
         """The failure for an SDK error neither half recognises."""
         return _errors.failure(self.name, "unknown", f"{type(exc).__name__}: {exc}", self._secrets)
 
-    def _undecodable(self, exc: ValueError) -> Failed:
-        """The failure for stream data that is not the JSON or text it should be."""
+
+class StreamFailure(Exception):
+    """Raised by a reader for an event that ends the stream as ``failed``
+    (an error event sent inside the open stream)."""
+
+    def __init__(self, failed: Failed) -> None:
+        super().__init__(failed.message)
+        self.failed = failed
+
+
+class StreamReader:
+    """One streamed reply's bytes in, recursa's events out; a vendor subclass
+    gives :meth:`read` (one decoded event) and :meth:`result` (the end).
+
+    Pure: no I/O, so the same bytes give the same events over HTTP and in tests.
+
+    Invariants: the events of :meth:`feed` and :meth:`close` together end
+    with exactly one ``Done`` or ``Failed``, and once :attr:`finished` is set
+    nothing more is read. :attr:`ended` means the vendor's end marker arrived
+    (the rest of the body is ignored; :meth:`close` gives the result).
+    """
+
+    __slots__ = ("_decoder", "ended", "finished", "secrets", "vendor")
+
+    def __init__(self, vendor: str, secrets: tuple[str, ...] = ()) -> None:
+        self.vendor = vendor
+        self.secrets = secrets
+        self.ended = False
+        self.finished = False
+        self._decoder = SSEDecoder()
+
+    def read(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+        """The events one server-sent event gives. May raise
+        :class:`StreamFailure`, or ``ValueError`` for undecodable data."""
+        raise NotImplementedError
+
+    def result(self) -> Done | Failed:
+        """The final event once the stream has ended cleanly."""
+        raise NotImplementedError
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        """The events ``chunk`` completes; a failure found in it comes last."""
+        if self.finished or self.ended:
+            return []
+        return self._read_all(self._decoder.feed(chunk))
+
+    def close(self) -> list[StreamEvent]:
+        """The events the end of the body completes, the final ``Done`` or ``Failed`` last."""
+        if self.finished:
+            return []
+        out = [] if self.ended else self._read_all(self._decoder.finish())
+        if not self.finished:
+            self.finished = True
+            out.append(self.result())
+        return out
+
+    def _read_all(self, events: Iterator[ServerSentEvent]) -> list[StreamEvent]:
+        """What ``events`` give, up to the end marker or a failure (then last)."""
+        out: list[StreamEvent] = []
+        try:
+            for sse in events:
+                out.extend(self.read(sse))
+                if self.ended:
+                    break
+        except StreamFailure as failure:
+            out.append(self._fail(failure.failed))
+        except _MALFORMED as exc:  # undecodable JSON or text, or JSON of the wrong shape
+            out.append(self._fail(self._undecodable(exc)))
+        return out
+
+    def _fail(self, failed: Failed) -> Failed:
+        self.finished = True
+        return failed
+
+    def _undecodable(self, exc: Exception) -> Failed:
+        detail = str(exc) if isinstance(exc, ValueError) else f"unexpected shape: {_named(exc)}"
         return _errors.failure(
-            self.name, "malformed", f"undecodable stream data: {exc}", self._secrets
+            self.vendor, "malformed", f"undecodable stream data: {detail}", self.secrets
         )
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a body for at most :data:`DRAIN_SECONDS`."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, *_BROKEN):
+        pass  # the reply is complete; only the connection is lost
+
+
+def _named(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _cause(exc: BaseException) -> str:
@@ -133,4 +300,4 @@ def _cause(exc: BaseException) -> str:
     return str(exc)
 
 
-__all__ = ["SDKErrors", "SDKProvider"]
+__all__ = ["DRAIN_SECONDS", "SDKErrors", "SDKProvider", "StreamFailure", "StreamReader"]

@@ -1,9 +1,12 @@
-"""The Anthropic provider: the Messages API, streamed, through the official SDK.
+"""The Anthropic provider: the Messages API, streamed, with the official SDK as transport.
 
-It reads the raw server-sent events of ``messages.create(stream=True)``
-(``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
-``message_stop``, ``error``) and assembles text and ``tool_use`` blocks, whose
-input arrives as ``input_json_delta`` pieces.
+The request body is built here (:func:`build_body`) and posted through the
+SDK client (auth, headers, timeouts and status errors are the SDK's); the
+response's raw server-sent events (``message_start``,
+``content_block_start/delta/stop``, ``message_delta``, ``message_stop``,
+``error``) are read by :class:`EventReader` straight from their JSON, which
+assembles text and ``tool_use`` blocks, whose input arrives as
+``input_json_delta`` pieces. See :mod:`recursa.models._sdk`.
 
 Translation rules the API imposes:
 
@@ -29,34 +32,25 @@ reads and ``cache_write_tokens`` the writes.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
-from typing import Literal
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, Literal
 
 import anthropic
 import httpx2
-from anthropic import omit
 from anthropic.types import (
     CacheControlEphemeralParam,
-    InputJSONDelta,
     MessageParam,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-    TextBlock,
     TextBlockParam,
     ToolParam,
     ToolResultBlockParam,
-    ToolUseBlock,
     ToolUseBlockParam,
 )
-from anthropic.types import TextDelta as AnthropicTextDelta
 
 from recursa.config import Config, ProviderConfig
 from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
-from recursa.models._sdk import SDKErrors, SDKProvider
+from recursa.models._sdk import SDKErrors, SDKProvider, StreamFailure, StreamReader
+from recursa.models._sse import ServerSentEvent
 from recursa.models.types import (
     AssistantMessage,
     Done,
@@ -86,6 +80,7 @@ _STOP_REASONS: dict[str, StopReason] = {
 
 
 _SDK_ERRORS = SDKErrors(
+    base=anthropic.AnthropicError,
     timeout=anthropic.APITimeoutError,
     connection=anthropic.APIConnectionError,
     validation=anthropic.APIResponseValidationError,
@@ -117,94 +112,23 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
             key_required=table.base_url is None,
         )
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Run one Messages call; see :class:`~recursa.models.types.Provider`."""
-        system: list[TextBlockParam] | None = None
-        if request.system:
-            system = [{"type": "text", "text": request.system, "cache_control": _ephemeral()}]
-        # The conversation goes in ``extra_body``, merged into the JSON as given,
-        # so the SDK does not walk every message against its TypedDicts (a cost
-        # that grows with the conversation; see models/openai.py).
-        body: dict[str, object] = {"messages": translate_messages(request.messages)}
-        try:
-            response = await self._client.messages.create(
-                model=request.model,
-                max_tokens=request.max_output_tokens or DEFAULT_MAX_TOKENS,
-                messages=[],
-                extra_body=body,
-                system=system if system is not None else omit,
-                tools=translate_tools(request.tools) if request.tools else omit,
-                stop_sequences=list(request.stop) if request.stop else omit,
-                stream=True,
-            )
-        except anthropic.AnthropicError as exc:
-            yield self._failure(exc, started=False)
-            return
-        assembly = MessageAssembly()
-        counts = _Counts()
-        stop_reason: str | None = None
-        finished = False
-        try:
-            async for event in response:
-                if isinstance(event, RawContentBlockDeltaEvent):
-                    delta = event.delta
-                    out: StreamEvent | None = None
-                    if isinstance(delta, AnthropicTextDelta):
-                        out = assembly.text(delta.text)
-                    elif isinstance(delta, InputJSONDelta):
-                        out = assembly.tool_call(event.index, arguments=delta.partial_json)
-                    if out is not None:
-                        yield out
-                elif isinstance(event, RawContentBlockStartEvent):
-                    block = event.content_block
-                    start: StreamEvent | None = None
-                    if isinstance(block, ToolUseBlock):
-                        # The input normally streams as input_json_delta; a
-                        # non-empty input here is a complete one.
-                        given = json.dumps(block.input) if block.input else None
-                        start = assembly.tool_call(
-                            event.index, arguments=given, id=block.id, name=block.name
-                        )
-                    elif isinstance(block, TextBlock):
-                        start = assembly.text(block.text)
-                    if start is not None:
-                        yield start
-                elif isinstance(event, RawMessageStartEvent):
-                    counts.update(event.message.usage)
-                elif isinstance(event, RawMessageDeltaEvent):
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    counts.update(event.usage)
-                elif isinstance(event, RawMessageStopEvent):
-                    finished = True
-        except anthropic.AnthropicError as exc:
-            yield self._failure(exc, started=True)
-            return
-        except httpx2.TimeoutException:
-            yield _errors.failure(self.name, "timeout", f"no data within {self._timeout:g} s")
-            return
-        except httpx2.TransportError as exc:  # the SDK lets these through mid-stream
-            yield _errors.failure(
-                self.name,
-                "malformed",
-                f"cut short: {type(exc).__name__}: {exc}",
-                self._secrets,
-            )
-            return
-        except ValueError as exc:  # undecodable JSON or text in an event
-            yield self._undecodable(exc)
-            return
-        finally:
-            await response.close()
-        if not finished:
-            yield _errors.failure(self.name, "malformed", "ended before message_stop")
-            return
-        yield Done(
-            assembly.message(), counts.usage(), _STOP_REASONS.get(stop_reason or "", "other")
+        return self._run(build_body(request), EventReader(self.name, self._secrets))
+
+    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+        # Sent as built, and the reply read raw by EventReader: see models/openai.py.
+        return await self._client.post(
+            "/v1/messages",
+            body=body,
+            cast_to=httpx2.Response,
+            stream=True,
+            stream_cls=None,
         )
 
-    def _failure(self, exc: anthropic.AnthropicError, *, started: bool) -> Failed:
-        """Translate an SDK exception; ``started`` means the response had begun."""
-        shared = self._shared_failure(exc, started=started)
+    def _failure(self, exc: Exception) -> Failed:
+        """Translate an SDK exception raised before the response's body was read."""
+        shared = self._shared_failure(exc)
         if shared is not None:
             return shared
         name, secrets = self.name, self._secrets
@@ -226,6 +150,103 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
         return self._unknown_failure(exc)
 
 
+class EventReader(StreamReader):
+    """Reads Messages stream events into text and tool-call deltas.
+
+    The rules are those of the SDK's stream the adapter read before: events
+    without a name and ``ping`` are skipped, an ``error`` event ends the
+    stream as a failure, an event with empty data is skipped, and the rest
+    are read by the ``type`` in their data (an unknown type is ignored).
+    ``text_delta`` and ``input_json_delta`` pieces stream; a ``tool_use``
+    block that starts with a non-empty ``input`` has it whole. The reply is
+    complete only once ``message_stop`` has arrived.
+    """
+
+    __slots__ = ("_assembly", "_counts", "_stop_reason", "_stopped")
+
+    def __init__(self, vendor: str, secrets: tuple[str, ...] = ()) -> None:
+        super().__init__(vendor, secrets)
+        self._assembly = MessageAssembly()
+        self._counts = _Counts()
+        self._stop_reason: str | None = None
+        self._stopped = False
+
+    def read(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+        name = sse.event
+        if name is None or name == "ping":
+            return ()
+        if name == "error":
+            raise StreamFailure(self._stream_error(sse.data))
+        if not sse.data:
+            return ()
+        event = json.loads(sse.data)
+        kind = event.get("type")
+        out: StreamEvent | None = None
+        if kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            delta_kind = delta.get("type")
+            if delta_kind == "text_delta":
+                out = self._assembly.text(delta.get("text"))
+            elif delta_kind == "input_json_delta":
+                out = self._assembly.tool_call(
+                    event.get("index"), arguments=delta.get("partial_json")
+                )
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            block_kind = block.get("type")
+            if block_kind == "tool_use":
+                # The input normally streams as input_json_delta; a
+                # non-empty input here is a complete one.
+                given = block.get("input")
+                out = self._assembly.tool_call(
+                    event.get("index"),
+                    arguments=json.dumps(given) if given else None,
+                    id=block.get("id"),
+                    name=block.get("name"),
+                )
+            elif block_kind == "text":
+                out = self._assembly.text(block.get("text"))
+        elif kind == "message_start":
+            self._counts.update((event.get("message") or {}).get("usage") or {})
+        elif kind == "message_delta":
+            self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
+            self._counts.update(event.get("usage") or {})
+        elif kind == "message_stop":
+            self._stopped = True
+        return () if out is None else (out,)
+
+    def result(self) -> Done | Failed:
+        if not self._stopped:
+            return _errors.failure(self.vendor, "malformed", "ended before message_stop")
+        return Done(
+            self._assembly.message(),
+            self._counts.usage(),
+            _STOP_REASONS.get(self._stop_reason or "", "other"),
+        )
+
+    def _stream_error(self, data: str) -> Failed:
+        """What the SDK made of an ``error`` event (an ``APIStatusError`` with
+        the stream's status), translated."""
+        try:
+            body: object = json.loads(data)
+            fallback = f"{body}"
+        except ValueError:
+            body, fallback = data, data or "Error code: 200"
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict):
+            error = {}
+        message, error_type = error.get("message"), error.get("type")
+        details = error.get("details")
+        code = details.get("error_code") if isinstance(details, dict) else None
+        return _errors.stream_error_failure(
+            self.vendor,
+            message=message if isinstance(message, str) and message else fallback,
+            error_type=error_type if isinstance(error_type, str) else None,
+            code=code if isinstance(code, str) else None,
+            secrets=self.secrets,
+        )
+
+
 class _Counts:
     """Token counts as the stream reports them: ``message_start`` gives the
     input side, ``message_delta`` the (cumulative) output and any corrections."""
@@ -236,14 +257,20 @@ class _Counts:
         self.cache_creation = 0
         self.output = 0
 
-    def update(self, usage: anthropic.types.Usage | anthropic.types.MessageDeltaUsage) -> None:
-        if usage.input_tokens is not None:
-            self.input = usage.input_tokens
-        if usage.cache_read_input_tokens is not None:
-            self.cache_read = usage.cache_read_input_tokens
-        if usage.cache_creation_input_tokens is not None:
-            self.cache_creation = usage.cache_creation_input_tokens
-        self.output = usage.output_tokens
+    def update(self, usage: dict[str, Any]) -> None:
+        """Take the counts a ``usage`` object of either event gives (null or absent: unchanged)."""
+        value = usage.get("input_tokens")
+        if value is not None:
+            self.input = value
+        value = usage.get("cache_read_input_tokens")
+        if value is not None:
+            self.cache_read = value
+        value = usage.get("cache_creation_input_tokens")
+        if value is not None:
+            self.cache_creation = value
+        value = usage.get("output_tokens")
+        if value is not None:
+            self.output = value
 
     def usage(self) -> Usage:
         return Usage(
@@ -252,6 +279,24 @@ class _Counts:
             cached_tokens=self.cache_read,
             cache_write_tokens=self.cache_creation,
         )
+
+
+def build_body(request: Request) -> dict[str, Any]:
+    """The JSON body of a streamed Messages call for ``request``, in the
+    order the SDK's ``create`` sends its fields."""
+    body: dict[str, Any] = {
+        "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": translate_messages(request.messages),
+        "model": request.model,
+    }
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
+    body["stream"] = True
+    if request.system:
+        body["system"] = [{"type": "text", "text": request.system, "cache_control": _ephemeral()}]
+    if request.tools:
+        body["tools"] = translate_tools(request.tools)
+    return body
 
 
 def translate_messages(
@@ -331,4 +376,11 @@ def _tool_input(arguments: str) -> dict[str, object]:
     return parsed if isinstance(parsed, dict) else {"_invalid_json": arguments}
 
 
-__all__ = ["DEFAULT_MAX_TOKENS", "AnthropicProvider", "translate_messages", "translate_tools"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicProvider",
+    "EventReader",
+    "build_body",
+    "translate_messages",
+    "translate_tools",
+]

@@ -1,4 +1,10 @@
-"""The OpenAI-compatible provider: Chat Completions, streamed, through the official SDK.
+"""The OpenAI-compatible provider: Chat Completions, streamed, with the official SDK as transport.
+
+The request body is built here (:func:`build_body`) and posted through the
+SDK client (auth, headers, timeouts and status errors are the SDK's); the
+response's raw server-sent events are read by :class:`ChunkReader` straight
+from their JSON, without the SDK's pydantic chunk objects. See
+:mod:`recursa.models._sdk`.
 
 One class serves the official endpoint and every server that speaks the same
 protocol (vLLM, llama.cpp, Ollama, LM Studio, proxies). Where they differ the
@@ -24,15 +30,14 @@ The SDK's own retries are off (``max_retries=0``): retries belong to
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import httpx2
 import openai
-from openai import omit
 from openai.types.chat import (
-    ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
@@ -41,7 +46,8 @@ from openai.types.chat import (
 from recursa.config import Config, ProviderConfig
 from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
-from recursa.models._sdk import SDKErrors, SDKProvider
+from recursa.models._sdk import SDKErrors, SDKProvider, StreamFailure, StreamReader
+from recursa.models._sse import ServerSentEvent
 from recursa.models.types import (
     AssistantMessage,
     Done,
@@ -58,10 +64,14 @@ from recursa.models.types import (
 OFFICIAL_HOST = "api.openai.com"
 
 _SDK_ERRORS = SDKErrors(
+    base=openai.OpenAIError,
     timeout=openai.APITimeoutError,
     connection=openai.APIConnectionError,
     validation=openai.APIResponseValidationError,
 )
+
+_REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
+"""What ``chat.completions.create`` asks of the client: bearer auth."""
 
 PLACEHOLDER_API_KEY = "sk-no-key-required"
 """Sent to custom base URLs when no key is configured (the SDK insists on one)."""
@@ -122,81 +132,29 @@ class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
         )
         self.dialect = dialect or (OFFICIAL_DIALECT if official else COMPATIBLE_DIALECT)
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        """Run one Chat Completions call; see :class:`~recursa.models.types.Provider`."""
-        dialect = self.dialect
-        limit = omit if request.max_output_tokens is None else request.max_output_tokens
-        official_limit = dialect.max_tokens_field == "max_completion_tokens"
-        # The conversation goes in ``extra_body``, which the SDK merges into the
-        # JSON as given: passed as ``messages`` it is first walked field by field
-        # against the SDK's TypedDicts, which costs milliseconds per call and
-        # grows with the conversation (10+ ms at 150 messages, measured).
-        # ``messages=[]`` satisfies the signature; ``extra_body`` overrides it.
-        body: dict[str, object] = {"messages": translate_messages(request)}
-        try:
-            response = await self._client.chat.completions.create(
-                model=request.model,
-                messages=[],
-                extra_body=body,
-                tools=translate_tools(request.tools) if request.tools else omit,
-                max_completion_tokens=limit if official_limit else omit,
-                max_tokens=omit if official_limit else limit,
-                temperature=omit if request.temperature is None else request.temperature,
-                stop=list(request.stop) if request.stop else omit,
-                prompt_cache_key=request.cache_key
-                if request.cache_key and dialect.prompt_cache_key
-                else omit,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-        except openai.OpenAIError as exc:
-            yield self._failure(exc, started=False)
-            return
-        assembly = MessageAssembly()
-        finish: str | None = None
-        usage: Usage | None = None
-        try:
-            async for chunk in response:
-                usage = _usage(chunk) or usage
-                for choice in chunk.choices:
-                    if choice.index != 0:
-                        continue  # n > 1 is never requested
-                    delta = choice.delta
-                    for piece in (delta.content, delta.refusal):
-                        text_event = assembly.text(piece)
-                        if text_event is not None:
-                            yield text_event
-                    for call in delta.tool_calls or ():
-                        function = call.function
-                        call_event = assembly.tool_call(
-                            call.index,
-                            arguments=function.arguments if function else None,
-                            id=call.id,
-                            name=function.name if function else None,
-                        )
-                        if call_event is not None:
-                            yield call_event
-                    finish = choice.finish_reason or finish
-        except openai.OpenAIError as exc:
-            yield self._failure(exc, started=True)
-            return
-        except ValueError as exc:  # undecodable JSON or text in an event
-            yield self._undecodable(exc)
-            return
-        finally:
-            await response.close()
-        if finish is None:
-            yield _errors.failure(self.name, "malformed", "ended before a finish_reason")
-            return
-        message = assembly.message()
-        stop = _STOP_REASONS.get(finish, "other")
-        if stop == "end" and message.tool_calls:
-            stop = "tool_calls"  # some compatible servers report "stop" for tool calls
-        yield Done(message, usage or _estimate(body, message), stop)
+    stall_detail = "no response within"
 
-    def _failure(self, exc: openai.OpenAIError, *, started: bool) -> Failed:
-        """Translate an SDK exception; ``started`` means the response had begun."""
-        shared = self._shared_failure(exc, started=started)
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """Run one Chat Completions call; see :class:`~recursa.models.types.Provider`."""
+        body = build_body(request, self.dialect)
+        return self._run(body, ChunkReader(self.name, self._secrets, body["messages"]))
+
+    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+        # Sent as built: the SDK neither walks it against its TypedDicts
+        # (milliseconds a call, growing with the conversation) nor parses the
+        # reply into pydantic chunks; ChunkReader reads the raw events.
+        return await self._client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=httpx2.Response,
+            options=_REQUEST_OPTIONS,
+            stream=True,
+            stream_cls=None,
+        )
+
+    def _failure(self, exc: Exception) -> Failed:
+        """Translate an SDK exception raised before the response's body was read."""
+        shared = self._shared_failure(exc)
         if shared is not None:
             return shared
         name, secrets = self.name, self._secrets
@@ -210,15 +168,122 @@ class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
                 headers=exc.response.headers,
                 secrets=secrets,
             )
-        if isinstance(exc, openai.APIError):  # an error object sent inside the stream
-            return _errors.stream_error_failure(
-                name,
-                message=_server_message(exc.body, exc.message),
-                error_type=exc.type,
-                code=exc.code,
-                secrets=secrets,
-            )
         return self._unknown_failure(exc)
+
+
+class ChunkReader(StreamReader):
+    """Reads ``chat.completion.chunk`` events into text and tool-call deltas.
+
+    The fields read, and the rules, are those of the SDK objects the adapter
+    read before (``ChatCompletionChunk``): choice 0 only; ``delta.content``
+    then ``delta.refusal`` as text; ``delta.tool_calls`` by ``index``;
+    the last ``finish_reason`` and the last ``usage`` win. An event whose
+    JSON has a truthy ``error`` is an error sent inside the stream, as the
+    SDK treats it; ``[DONE]`` ends the stream.
+    """
+
+    __slots__ = ("_assembly", "_finish", "_messages", "_usage")
+
+    def __init__(self, vendor: str, secrets: tuple[str, ...], messages: object = ()) -> None:
+        super().__init__(vendor, secrets)
+        self._assembly = MessageAssembly()
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._messages = messages  # for a usage estimate when the server reports none
+
+    def read(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+        data = sse.data
+        if data.startswith("[DONE]"):
+            self.ended = True
+            return ()
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"an event that is not a JSON object: {data[:80]!r}")
+        error = chunk.get("error")
+        if error:
+            raise StreamFailure(self._stream_error(error))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = _usage(usage)
+        out: list[StreamEvent] = []
+        assembly = self._assembly
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is never requested
+            delta = choice.get("delta")
+            if delta:
+                for piece in (delta.get("content"), delta.get("refusal")):
+                    text_event = assembly.text(piece)
+                    if text_event is not None:
+                        out.append(text_event)
+                for call in delta.get("tool_calls") or ():
+                    function = call.get("function") or {}
+                    call_event = assembly.tool_call(
+                        call.get("index"),
+                        arguments=function.get("arguments"),
+                        id=call.get("id"),
+                        name=function.get("name"),
+                    )
+                    if call_event is not None:
+                        out.append(call_event)
+            finish = choice.get("finish_reason")
+            if finish:
+                self._finish = finish
+        return out
+
+    def result(self) -> Done | Failed:
+        if self._finish is None:
+            return _errors.failure(self.vendor, "malformed", "ended before a finish_reason")
+        message = self._assembly.message()
+        stop = _STOP_REASONS.get(self._finish, "other")
+        if stop == "end" and message.tool_calls:
+            stop = "tool_calls"  # some compatible servers report "stop" for tool calls
+        usage = self._usage or _estimate({"messages": self._messages}, message)
+        return Done(message, usage, stop)
+
+    def _stream_error(self, error: object) -> Failed:
+        """What the SDK made of ``{"error": ...}`` (an ``APIError``), translated."""
+        message = error.get("message") if isinstance(error, dict) else None
+        if not message or not isinstance(message, str):
+            message = "An error occurred during streaming"
+        error_type = code = None
+        if isinstance(error, dict):
+            raw_type, raw_code = error.get("type"), error.get("code")
+            error_type = raw_type if isinstance(raw_type, str) else None
+            code = str(raw_code) if raw_code is not None else None
+        return _errors.stream_error_failure(
+            self.vendor,
+            message=_server_message(error, message),
+            error_type=error_type,
+            code=code,
+            secrets=self.secrets,
+        )
+
+
+def build_body(request: Request, dialect: OpenAIDialect = OFFICIAL_DIALECT) -> dict[str, Any]:
+    """The JSON body of a streamed Chat Completions call for ``request``.
+
+    Only what the request sets is sent: the output limit under the dialect's
+    field, ``prompt_cache_key`` only where the dialect takes it, and
+    ``stream_options.include_usage`` so the last event carries the usage."""
+    # In the order the SDK's ``create`` sends them, so the bytes match too.
+    body: dict[str, Any] = {
+        "model": request.model,
+        "stream": True,
+        "messages": translate_messages(request),
+    }
+    if request.max_output_tokens is not None:
+        body[dialect.max_tokens_field] = request.max_output_tokens
+    if request.cache_key and dialect.prompt_cache_key:
+        body["prompt_cache_key"] = request.cache_key
+    if request.stop:
+        body["stop"] = list(request.stop)
+    body["stream_options"] = {"include_usage": True}
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.tools:
+        body["tools"] = translate_tools(request.tools)
+    return body
 
 
 def translate_messages(request: Request) -> list[ChatCompletionMessageParam]:
@@ -270,16 +335,13 @@ def _estimate(body: Mapping[str, object], message: AssistantMessage) -> Usage:
     return Usage(input_tokens=sent // 4 + 1, output_tokens=received // 4 + 1, estimated=True)
 
 
-def _usage(chunk: ChatCompletionChunk) -> Usage | None:
-    raw = chunk.usage
-    if raw is None:
-        return None
-    details = raw.prompt_tokens_details
+def _usage(raw: dict[str, Any]) -> Usage:
+    details = raw.get("prompt_tokens_details") or {}
     return Usage(
-        input_tokens=raw.prompt_tokens,
-        output_tokens=raw.completion_tokens,
-        cached_tokens=(details.cached_tokens or 0) if details else 0,
-        cache_write_tokens=(details.cache_write_tokens or 0) if details else 0,
+        input_tokens=raw.get("prompt_tokens") or 0,
+        output_tokens=raw.get("completion_tokens") or 0,
+        cached_tokens=details.get("cached_tokens") or 0,
+        cache_write_tokens=details.get("cache_write_tokens") or 0,
     )
 
 
@@ -297,8 +359,10 @@ def _server_message(body: object, fallback: str) -> str:
 __all__ = [
     "COMPATIBLE_DIALECT",
     "OFFICIAL_DIALECT",
+    "ChunkReader",
     "OpenAIDialect",
     "OpenAIProvider",
+    "build_body",
     "is_official",
     "translate_messages",
     "translate_tools",

@@ -1,0 +1,465 @@
+"""The adapters' own stream readers against the SDKs' parsing, on recorded streams.
+
+Every recording in ``tests/fixtures/streams`` (recorded from the fake server by
+``record.py`` there, plus hand-written ``*_wild.sse`` shapes it does not send)
+is fed, in several splittings and line endings, to (a) the adapter's reader
+(:class:`~recursa.models.openai.ChunkReader`,
+:class:`~recursa.models.anthropic.EventReader`) and (b) the SDK's own
+``AsyncStream`` of pydantic events, read by the translation the adapters used
+before they read raw events (kept below as :func:`sdk_events`). The two lists
+of recursa events must be equal, and each recording's result is also checked
+against what it should be.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Literal
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from anthropic.types import (
+    InputJSONDelta,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+    RawMessageStreamEvent,
+    TextBlock,
+    ToolUseBlock,
+)
+from anthropic.types import TextDelta as AnthropicTextDelta
+from openai.types.chat import ChatCompletionChunk
+
+from recursa.models import _errors
+from recursa.models._assembly import MessageAssembly
+from recursa.models._sdk import StreamReader
+from recursa.models.anthropic import EventReader
+from recursa.models.openai import ChunkReader
+from recursa.models.types import (
+    AssistantMessage,
+    Done,
+    Failed,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+Vendor = Literal["openai", "anthropic"]
+STREAMS = Path(__file__).parent.parent / "fixtures" / "streams"
+RECORDINGS = sorted(p.stem for p in STREAMS.glob("*.sse"))
+SECRET = "sk-secret-in-the-stream-0123"
+
+
+def vendor_of(name: str) -> Vendor:
+    return "openai" if name.startswith("openai") else "anthropic"
+
+
+def reader_for(vendor: Vendor) -> StreamReader:
+    if vendor == "openai":
+        return ChunkReader("openai", (SECRET,), [{"role": "user", "content": "hi"}])
+    return EventReader("anthropic", (SECRET,))
+
+
+def reader_events(vendor: Vendor, chunks: Iterable[bytes]) -> list[StreamEvent]:
+    """What the adapter's reader makes of ``chunks`` (the loop of ``SDKProvider._run``)."""
+    reader = reader_for(vendor)
+    events: list[StreamEvent] = []
+    for chunk in chunks:
+        events.extend(reader.feed(chunk))
+        if reader.finished or reader.ended:
+            break
+    events.extend(reader.close())
+    return events
+
+
+# --- the SDK path: the adapters' translation before they read raw events ----------
+
+
+async def _body(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _response(vendor: Vendor, chunks: list[bytes]) -> httpx2.Response:
+    path = "/v1/chat/completions" if vendor == "openai" else "/v1/messages"
+    return httpx2.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        content=_body(chunks),
+        request=httpx2.Request("POST", f"http://127.0.0.1:9{path}"),
+    )
+
+
+async def sdk_events(vendor: Vendor, chunks: list[bytes]) -> list[StreamEvent]:
+    """What the SDK's own stream parsing, read as the adapters read it before, makes of ``chunks``."""
+    if vendor == "openai":
+        return await _openai_sdk_events(chunks)
+    return await _anthropic_sdk_events(chunks)
+
+
+_STOPS_OPENAI = {"stop": "end", "length": "max_tokens", "tool_calls": "tool_calls"}
+_STOPS_ANTHROPIC = {
+    "end_turn": "end",
+    "tool_use": "tool_calls",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+}
+
+
+async def _openai_sdk_events(chunks: list[bytes]) -> list[StreamEvent]:
+    client = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    stream = openai.AsyncStream(
+        cast_to=ChatCompletionChunk, response=_response("openai", chunks), client=client
+    )
+    out: list[StreamEvent] = []
+    assembly = MessageAssembly()
+    finish: str | None = None
+    usage: Usage | None = None
+    try:
+        async for chunk in stream:
+            if chunk.usage is not None:
+                details = chunk.usage.prompt_tokens_details
+                usage = Usage(
+                    input_tokens=chunk.usage.prompt_tokens,
+                    output_tokens=chunk.usage.completion_tokens,
+                    cached_tokens=(details.cached_tokens or 0) if details else 0,
+                    cache_write_tokens=(details.cache_write_tokens or 0) if details else 0,
+                )
+            for choice in chunk.choices:
+                if choice.index != 0:
+                    continue
+                delta = choice.delta
+                for piece in (delta.content, delta.refusal):
+                    text = assembly.text(piece)
+                    if text is not None:
+                        out.append(text)
+                for call in delta.tool_calls or ():
+                    function = call.function
+                    call_event = assembly.tool_call(
+                        call.index,
+                        arguments=function.arguments if function else None,
+                        id=call.id,
+                        name=function.name if function else None,
+                    )
+                    if call_event is not None:
+                        out.append(call_event)
+                finish = choice.finish_reason or finish
+    except openai.APIError as exc:  # an error object sent inside the stream
+        body = exc.body
+        message = exc.message
+        if isinstance(body, dict) and isinstance(body.get("message"), str) and body["message"]:
+            message = body["message"]
+        elif isinstance(body, str) and body.strip():
+            message = body
+        failed = _errors.stream_error_failure(
+            "openai", message=message, error_type=exc.type, code=exc.code, secrets=(SECRET,)
+        )
+        return [*out, failed]
+    except ValueError as exc:
+        return [*out, _undecodable("openai", exc)]
+    finally:
+        await client.close()
+    if finish is None:
+        return [*out, _errors.failure("openai", "malformed", "ended before a finish_reason")]
+    message = assembly.message()
+    stop = _STOPS_OPENAI.get(finish, "other")
+    if stop == "end" and message.tool_calls:
+        stop = "tool_calls"
+    assert usage is not None, "every recording reports its usage"
+    return [*out, Done(message, usage, stop)]  # type: ignore[arg-type]
+
+
+async def _anthropic_sdk_events(chunks: list[bytes]) -> list[StreamEvent]:
+    client = anthropic.AsyncAnthropic(api_key="k", base_url="http://127.0.0.1:9", max_retries=0)
+    stream = anthropic.AsyncStream(
+        cast_to=RawMessageStreamEvent,  # type: ignore[arg-type]
+        response=_response("anthropic", chunks),
+        client=client,
+    )
+    out: list[StreamEvent] = []
+    assembly = MessageAssembly()
+    counts = {"input": 0, "read": 0, "write": 0, "output": 0}
+    stop_reason: str | None = None
+    finished = False
+
+    def update(usage: anthropic.types.Usage | anthropic.types.MessageDeltaUsage) -> None:
+        if usage.input_tokens is not None:
+            counts["input"] = usage.input_tokens
+        if usage.cache_read_input_tokens is not None:
+            counts["read"] = usage.cache_read_input_tokens
+        if usage.cache_creation_input_tokens is not None:
+            counts["write"] = usage.cache_creation_input_tokens
+        counts["output"] = usage.output_tokens
+
+    try:
+        async for event in stream:
+            piece: StreamEvent | None = None
+            if isinstance(event, RawContentBlockDeltaEvent):
+                if isinstance(event.delta, AnthropicTextDelta):
+                    piece = assembly.text(event.delta.text)
+                elif isinstance(event.delta, InputJSONDelta):
+                    piece = assembly.tool_call(event.index, arguments=event.delta.partial_json)
+            elif isinstance(event, RawContentBlockStartEvent):
+                block = event.content_block
+                if isinstance(block, ToolUseBlock):
+                    given = json.dumps(block.input) if block.input else None
+                    piece = assembly.tool_call(
+                        event.index, arguments=given, id=block.id, name=block.name
+                    )
+                elif isinstance(block, TextBlock):
+                    piece = assembly.text(block.text)
+            elif isinstance(event, RawMessageStartEvent):
+                update(event.message.usage)
+            elif isinstance(event, RawMessageDeltaEvent):
+                stop_reason = event.delta.stop_reason or stop_reason
+                update(event.usage)
+            elif isinstance(event, RawMessageStopEvent):
+                finished = True
+            if piece is not None:
+                out.append(piece)
+    except anthropic.APIStatusError as exc:  # an ``error`` event inside the open stream
+        failed = _errors.stream_error_failure(
+            "anthropic",
+            message=exc.api_message or exc.message,
+            error_type=exc.type,
+            code=exc.error_code,
+            secrets=(SECRET,),
+        )
+        return [*out, failed]
+    except ValueError as exc:
+        return [*out, _undecodable("anthropic", exc)]
+    finally:
+        await client.close()
+    if not finished:
+        return [*out, _errors.failure("anthropic", "malformed", "ended before message_stop")]
+    usage = Usage(
+        input_tokens=counts["input"] + counts["read"] + counts["write"],
+        output_tokens=counts["output"],
+        cached_tokens=counts["read"],
+        cache_write_tokens=counts["write"],
+    )
+    stop = _STOPS_ANTHROPIC.get(stop_reason or "", "other")
+    return [*out, Done(assembly.message(), usage, stop)]  # type: ignore[arg-type]
+
+
+def _undecodable(vendor: str, exc: ValueError) -> Failed:
+    return _errors.failure(vendor, "malformed", f"undecodable stream data: {exc}", (SECRET,))
+
+
+# --- feeds -------------------------------------------------------------------------
+
+
+def whole(data: bytes) -> list[bytes]:
+    return [data]
+
+
+def every_byte(data: bytes) -> list[bytes]:
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+def random_pieces(data: bytes) -> list[bytes]:
+    rng = random.Random(len(data))
+    out, at = [], 0
+    while at < len(data):
+        size = rng.randint(1, 97)
+        out.append(data[at : at + size])
+        at += size
+    return out
+
+
+def crlf(data: bytes) -> bytes:
+    return data.replace(b"\n", b"\r\n")
+
+
+def cr(data: bytes) -> bytes:
+    return data.replace(b"\n", b"\r")
+
+
+FEEDS: dict[str, Callable[[bytes], list[bytes]]] = {
+    "whole": whole,
+    "every_byte": every_byte,
+    "random": random_pieces,
+    "crlf_whole": lambda d: whole(crlf(d)),
+    "crlf_every_byte": lambda d: every_byte(crlf(d)),
+    "cr_random": lambda d: random_pieces(cr(d)),
+}
+
+
+@pytest.mark.parametrize("feed", FEEDS)
+@pytest.mark.parametrize("name", RECORDINGS)
+async def test_the_reader_and_the_sdk_agree_on_every_recording(name: str, feed: str) -> None:
+    vendor = vendor_of(name)
+    chunks = FEEDS[feed]((STREAMS / f"{name}.sse").read_bytes())
+    ours = reader_events(vendor, chunks)
+    theirs = await sdk_events(vendor, chunks)
+    assert ours == theirs
+    assert isinstance(ours[-1], Done | Failed)
+    assert sum(isinstance(e, Done | Failed) for e in ours) == 1
+
+
+def test_the_recordings_cover_both_vendors_and_every_scenario() -> None:
+    stems = set(RECORDINGS)
+    for vendor in ("openai", "anthropic"):
+        for scenario in (
+            "text",
+            "tool_calls",
+            "max_tokens",
+            "stream_error",
+            "incomplete",
+            "garbled",
+            "wild",
+        ):
+            assert f"{vendor}_{scenario}" in stems
+
+
+def result_of(name: str) -> StreamEvent:
+    return reader_events(vendor_of(name), [(STREAMS / f"{name}.sse").read_bytes()])[-1]
+
+
+TOOL_MESSAGE = AssistantMessage(
+    "Let me run that, caf\u00e9 \u2603.",
+    (
+        ToolCall("call_first0", "python", '{"code":"import math\\nprint(math.pi)"}'),
+        ToolCall("call_second", "python", '{"code":"x = \'caf\\u00e9 \\u2603\'"}'),
+    ),
+)
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+def test_a_tool_call_reply_streams_its_pieces_and_its_usage(vendor: Vendor) -> None:
+    events = reader_events(vendor, [(STREAMS / f"{vendor}_tool_calls.sse").read_bytes()])
+    assert events[-1] == Done(TOOL_MESSAGE, Usage(1200, 40, cached_tokens=1024), "tool_calls")
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    firsts = [(d.index, d.id, d.name) for d in deltas if d.id is not None]
+    assert firsts == [(0, "call_first0", "python"), (1, "call_second", "python")]
+    assert len(deltas) > 10  # incremental arguments, not one piece
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == TOOL_MESSAGE.text
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+def test_other_endings(vendor: Vendor) -> None:
+    done = result_of(f"{vendor}_max_tokens")
+    assert isinstance(done, Done)
+    assert done.stop_reason == "max_tokens"
+    assert done.usage == Usage(9, 5)
+    error = result_of(f"{vendor}_stream_error")
+    assert isinstance(error, Failed)
+    assert "The model is overloaded mid-answer." in error.message
+    assert error.kind == ("server_error" if vendor == "openai" else "overloaded")
+    incomplete = result_of(f"{vendor}_incomplete")
+    assert isinstance(incomplete, Failed)
+    assert (incomplete.kind, "ended before" in incomplete.message) == ("malformed", True)
+    garbled = result_of(f"{vendor}_garbled")
+    assert isinstance(garbled, Failed)
+    assert (garbled.kind, "undecodable" in garbled.message) == ("malformed", True)
+
+
+def test_openai_wild_shapes() -> None:
+    """Comments, ``data:`` without a space, a refusal, a second choice, one event's
+    JSON over several data lines, a "stop" that carried tool calls, cache
+    writes, and bytes after ``[DONE]`` that are never read."""
+    events = reader_events("openai", [(STREAMS / "openai_wild.sse").read_bytes()])
+    assert events[-1] == Done(
+        AssistantMessage(
+            "I cannot do all of that. But this:",
+            (
+                ToolCall("call_wild_a", "python", '{"code": "print(1)"}'),
+                ToolCall("call_wild_b", "python", "{}"),
+            ),
+        ),
+        Usage(2100, 33, cached_tokens=2048, cache_write_tokens=12),
+        "tool_calls",
+    )
+
+
+def test_anthropic_wild_shapes() -> None:
+    """Thinking and signature deltas, an unnamed event, a text block that starts
+    with text, citations, empty data, a server tool, and a tool_use whose
+    input comes whole with its start."""
+    events = reader_events("anthropic", [(STREAMS / "anthropic_wild.sse").read_bytes()])
+    assert events[-1] == Done(
+        AssistantMessage(
+            "Hi. Here it is",
+            (
+                ToolCall("toolu_wild_a", "python", '{"code": "print(\'whole\')"}'),
+                ToolCall("toolu_wild_b", "python", '{"code": "1"}'),
+            ),
+        ),
+        Usage(2130, 57, cached_tokens=2000, cache_write_tokens=100),
+        "tool_calls",
+    )
+
+
+ERROR_EVENTS: list[tuple[Vendor, bytes]] = [
+    ("openai", b'data: {"error": "a bare string"}\n\n'),
+    ("openai", b'data: {"error": {"message": "' + SECRET.encode() + b' leaked", "code": 42}}\n\n'),
+    ("openai", b'data: {"error": {"type": "rate_limit_exceeded", "message": ""}}\n\n'),
+    ("anthropic", b"event: error\ndata: not json at all\n\n"),
+    ("anthropic", b"event: error\ndata: \n\n"),
+    (
+        "anthropic",
+        b'event: error\ndata: {"type": "error", "error": {"type": "api_error", "message": "'
+        + SECRET.encode()
+        + b'", "details": {"error_code": "context_length_exceeded"}}}\n\n',
+    ),
+]
+
+
+@pytest.mark.parametrize(("vendor", "data"), ERROR_EVENTS)
+async def test_error_events_fail_as_the_sdk_path_did_and_never_echo_a_secret(
+    vendor: Vendor, data: bytes
+) -> None:
+    ours = reader_events(vendor, [data])
+    assert ours == await sdk_events(vendor, [data])
+    failed = ours[-1]
+    assert isinstance(failed, Failed)
+    assert SECRET not in failed.message
+    assert failed.message.startswith(f"{vendor}: ")
+
+
+WRONG_SHAPES: list[tuple[Vendor, bytes]] = [
+    ("openai", b"data: [1, 2]\n\n"),
+    ("openai", b'data: {"choices": 5}\n\n'),
+    ("openai", b'data: {"choices": [{"index": 0, "delta": "text"}]}\n\n'),
+    ("openai", b'data: {"choices": [], "usage": {"prompt_tokens_details": 3}}\n\n'),
+    ("anthropic", b"event: message_start\ndata: [1]\n\n"),
+    ("anthropic", b'event: x\ndata: {"type": "content_block_delta", "delta": 7}\n\n'),
+    (
+        "anthropic",
+        b'event: x\ndata: {"type": "content_block_start", "index": [], '
+        b'"content_block": {"type": "tool_use", "input": {"a": 1}}}\n\n',
+    ),
+]
+
+
+@pytest.mark.parametrize(("vendor", "data"), WRONG_SHAPES)
+def test_json_of_the_wrong_shape_is_a_malformed_stream_not_an_exception(
+    vendor: Vendor, data: bytes
+) -> None:
+    events = reader_events(vendor, [b"data: \n\n" if vendor == "anthropic" else b"", data])
+    failed = events[-1]
+    assert isinstance(failed, Failed)
+    assert failed.kind == "malformed"
+    assert "undecodable stream data" in failed.message
+
+
+def test_nothing_is_read_after_the_end() -> None:
+    reader = reader_for("openai")
+    head = (STREAMS / "openai_text.sse").read_bytes()
+    events = reader.feed(head)
+    assert reader.ended
+    assert reader.feed(b'data: {"error": "after the end"}\n\n') == []
+    done = reader.close()
+    assert [type(e) for e in done] == [Done]
+    assert reader.close() == []
+    assert isinstance(events[0], TextDelta)
