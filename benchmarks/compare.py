@@ -74,6 +74,9 @@ class Figures:
     """RSS by role (client, daemon, kernels) at the largest peak."""
     pss: list[int] = field(default_factory=list)
     cli: dict[str, list[float]] = field(default_factory=dict)
+    daemon_cpu: list[float] = field(default_factory=list)
+    """The daemon's CPU seconds per step of the many-step run (a figure that
+    load inflates less than wall time does)."""
 
 
 @dataclass
@@ -209,6 +212,14 @@ class Recursa:
             raise SystemExit(f"recursa run failed ({client.returncode}): {out[-500:]}")
         return wall, sampler if peak else None
 
+    def daemon(self) -> psutil.Process | None:
+        """The running daemon's process."""
+        try:
+            state = json.loads((self.home / "daemon.json").read_text())
+            return psutil.Process(int(state["pid"]))
+        except (OSError, ValueError, KeyError, TypeError, psutil.NoSuchProcess):
+            return None
+
     def _daemon_tree(self) -> list[tuple[str, psutil.Process]]:
         try:
             state = json.loads((self.home / "daemon.json").read_text())
@@ -300,7 +311,11 @@ def measure(
             figures.parts = peak.parts
         figures.rss.append(peak.rss)
         figures.pss.append(peak.pss)
+        daemon = arm.daemon() if isinstance(arm, Recursa) else None
+        before = _cpu(daemon)
         arm.run("many steps", server)
+        if daemon is not None:
+            figures.daemon_cpu.append((_cpu(daemon) - before) / (args.steps + 1))
         if isinstance(arm, Recursa):
             for label, argv in (
                 ("recursa --help", ["--help"]),
@@ -319,6 +334,16 @@ def measure(
     figures.steps.extend(gaps[1:])
 
 
+def _cpu(process: psutil.Process | None) -> float:
+    if process is None:
+        return 0.0
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -332,6 +357,8 @@ def rows(f: Figures) -> dict[str, tuple[float, str]]:
         out["step p90"] = (percentile(f.steps, 0.9) * 1000, "ms")
         out["step p99"] = (percentile(f.steps, 0.99) * 1000, "ms")
         out["step max"] = (max(f.steps) * 1000, "ms")
+    if f.daemon_cpu:
+        out["daemon CPU/step"] = (statistics.median(f.daemon_cpu) * 1000, "ms")
     if f.first:
         out["first step"] = (statistics.median(f.first) * 1000, "ms")
     if f.ten_cells:
