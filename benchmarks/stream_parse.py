@@ -17,7 +17,7 @@ events as the fake server sends them), it times, per reply:
   (request, response, parse, ``Done``), old path reproduced in the same way.
 
 Each figure is the median (and p90) of ``--repeats`` timed replies after a
-warm-up, in microseconds, with the machine's load average beside it: on a
+warm-up, in microseconds, old and new calls alternating, with the machine's load average beside it: on a
 shared machine the figures are noisy, compare the two columns of one run.
 
 Usage: python benchmarks/stream_parse.py [--repeats 2000] [--history 10] [--chunk 6]
@@ -234,16 +234,25 @@ async def new_parse(vendor: Vendor, raw: httpx2.Response) -> StreamEvent:
 # --- timing ------------------------------------------------------------------------------
 
 
-async def timed(repeats: int, once: Callable[[], Awaitable[object]]) -> tuple[float, float]:
-    """Median and p90 of one call, in microseconds, after a warm-up."""
+async def timed(
+    repeats: int, old: Callable[[], Awaitable[object]], new: Callable[[], Awaitable[object]]
+) -> tuple[list[float], list[float]]:
+    """Sorted per-call times of ``old`` and ``new``, in microseconds, after a
+    warm-up; the two alternate, so a change in the machine's load hits both."""
     for _ in range(max(20, repeats // 10)):
-        await once()
-    samples: list[float] = []
+        await old()
+        await new()
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter_ns()
-        await once()
-        samples.append((time.perf_counter_ns() - start) / 1000)
-    samples.sort()
+        for once, into in ((old, samples[0]), (new, samples[1])):
+            start = time.perf_counter_ns()
+            await once()
+            into.append((time.perf_counter_ns() - start) / 1000)
+    return sorted(samples[0]), sorted(samples[1])
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    """Median and p90 of sorted samples."""
     return statistics.median(samples), samples[int(len(samples) * 0.9)]
 
 
@@ -329,8 +338,8 @@ async def bench(vendor: Vendor, args: argparse.Namespace, home: Path) -> list[tu
         ("request", request_old, request_new),
         ("total", total_old, total_new),
     ):
-        old_median, old_p90 = await timed(args.repeats, old)
-        new_median, new_p90 = await timed(args.repeats, new)
+        old_samples, new_samples = await timed(args.repeats, old, new)
+        (old_median, old_p90), (new_median, new_p90) = summary(old_samples), summary(new_samples)
         rows.append(
             (
                 vendor,

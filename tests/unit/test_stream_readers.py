@@ -432,7 +432,12 @@ WRONG_SHAPES: list[tuple[Vendor, bytes]] = [
     ("openai", b'data: {"choices": 5}\n\n'),
     ("openai", b'data: {"choices": [{"index": 0, "delta": "text"}]}\n\n'),
     ("openai", b'data: {"choices": [], "usage": {"prompt_tokens_details": 3}}\n\n'),
+    ("openai", b'data: {"choices": [], "usage": {"prompt_tokens": "12"}}\n\n'),
     ("anthropic", b"event: message_start\ndata: [1]\n\n"),
+    (
+        "anthropic",
+        b'event: x\ndata: {"type": "message_delta", "usage": {"output_tokens": 1.5}}\n\n',
+    ),
     ("anthropic", b'event: x\ndata: {"type": "content_block_delta", "delta": 7}\n\n'),
     (
         "anthropic",
@@ -463,3 +468,25 @@ def test_nothing_is_read_after_the_end() -> None:
     assert [type(e) for e in done] == [Done]
     assert reader.close() == []
     assert isinstance(events[0], TextDelta)
+
+
+LATE_WRONG_TYPES: list[tuple[Vendor, bytes]] = [
+    ("openai", b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": ["stop"]}]}\n\n'),
+    (
+        "anthropic",
+        b'event: message_delta\ndata: {"type": "message_delta", "delta": {"stop_reason": '
+        b'{"a": 1}}, "usage": {"output_tokens": "many"}}\n\n'
+        b'event: message_stop\ndata: {"type": "message_stop"}\n\n',
+    ),
+]
+
+
+@pytest.mark.parametrize(("vendor", "data"), LATE_WRONG_TYPES)
+def test_fields_of_the_wrong_type_found_at_the_end_are_a_malformed_stream(
+    vendor: Vendor, data: bytes
+) -> None:
+    events = reader_events(vendor, [data])
+    failed = events[-1]
+    assert isinstance(failed, Failed)
+    assert failed.kind == "malformed"
+    assert len(events) == 1

@@ -248,8 +248,12 @@ class StreamReader:
             return []
         out = [] if self.ended else self._read_all(self._decoder.finish())
         if not self.finished:
+            try:
+                result = self.result()
+            except _MALFORMED as exc:  # fields of the wrong type, found only now
+                result = self._undecodable(exc)
             self.finished = True
-            out.append(self.result())
+            out.append(result)
         return out
 
     def _read_all(self, events: Iterator[ServerSentEvent]) -> list[StreamEvent]:
@@ -287,6 +291,14 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
         pass  # the reply is complete; only the connection is lost
 
 
+def token_count(value: object) -> int:
+    """A token count from a usage object; any other value is the server's
+    mistake, raised as ``TypeError`` so the stream fails as malformed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"a token count that is not an integer: {value!r:.40}")
+
+
 def _named(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -300,4 +312,11 @@ def _cause(exc: BaseException) -> str:
     return str(exc)
 
 
-__all__ = ["DRAIN_SECONDS", "SDKErrors", "SDKProvider", "StreamFailure", "StreamReader"]
+__all__ = [
+    "DRAIN_SECONDS",
+    "SDKErrors",
+    "SDKProvider",
+    "StreamFailure",
+    "StreamReader",
+    "token_count",
+]

@@ -49,7 +49,13 @@ from anthropic.types import (
 from recursa.config import Config, ProviderConfig
 from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
-from recursa.models._sdk import SDKErrors, SDKProvider, StreamFailure, StreamReader
+from recursa.models._sdk import (
+    SDKErrors,
+    SDKProvider,
+    StreamFailure,
+    StreamReader,
+    token_count,
+)
 from recursa.models._sse import ServerSentEvent
 from recursa.models.types import (
     AssistantMessage,
@@ -261,16 +267,16 @@ class _Counts:
         """Take the counts a ``usage`` object of either event gives (null or absent: unchanged)."""
         value = usage.get("input_tokens")
         if value is not None:
-            self.input = value
+            self.input = token_count(value)
         value = usage.get("cache_read_input_tokens")
         if value is not None:
-            self.cache_read = value
+            self.cache_read = token_count(value)
         value = usage.get("cache_creation_input_tokens")
         if value is not None:
-            self.cache_creation = value
+            self.cache_creation = token_count(value)
         value = usage.get("output_tokens")
         if value is not None:
-            self.output = value
+            self.output = token_count(value)
 
     def usage(self) -> Usage:
         return Usage(

@@ -46,7 +46,13 @@ from openai.types.chat import (
 from recursa.config import Config, ProviderConfig
 from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
-from recursa.models._sdk import SDKErrors, SDKProvider, StreamFailure, StreamReader
+from recursa.models._sdk import (
+    SDKErrors,
+    SDKProvider,
+    StreamFailure,
+    StreamReader,
+    token_count,
+)
 from recursa.models._sse import ServerSentEvent
 from recursa.models.types import (
     AssistantMessage,
@@ -338,10 +344,10 @@ def _estimate(body: Mapping[str, object], message: AssistantMessage) -> Usage:
 def _usage(raw: dict[str, Any]) -> Usage:
     details = raw.get("prompt_tokens_details") or {}
     return Usage(
-        input_tokens=raw.get("prompt_tokens") or 0,
-        output_tokens=raw.get("completion_tokens") or 0,
-        cached_tokens=details.get("cached_tokens") or 0,
-        cache_write_tokens=details.get("cache_write_tokens") or 0,
+        input_tokens=token_count(raw.get("prompt_tokens") or 0),
+        output_tokens=token_count(raw.get("completion_tokens") or 0),
+        cached_tokens=token_count(details.get("cached_tokens") or 0),
+        cache_write_tokens=token_count(details.get("cache_write_tokens") or 0),
     )
 
 
