@@ -325,6 +325,10 @@ async def test_paging_back_reaches_the_start_with_every_block_once(
     monkeypatch.setattr(session_pane, "TAIL", page)
     monkeypatch.setattr(session_pane, "PAGE", page)
     async with DaemonClient(demo.home) as client:
+        # The child's last records (its kernel's status, idle) may still be on
+        # their way when the demo is handed over: the whole log is read once
+        # the child and its sub-agent are quiet.
+        assert await client.wait_quiet(demo.child_id, timeout=60)
         whole = [r async for r in client.events(demo.child_id)]
         app = ViewApp(client, start="child")
         async with app.run_test(size=(80, 24)) as pilot:

@@ -160,9 +160,8 @@ async def stream(
     and headers, its body to be read within the block. The connection is
     closed when the block ends."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_unix_connection(socket, limit=MAX_HEAD_BYTES), connect_timeout
-        )
+        async with asyncio.timeout(connect_timeout):
+            reader, writer = await asyncio.open_unix_connection(socket, limit=MAX_HEAD_BYTES)
     except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
         raise ConnectFailed(str(exc)) from exc
     except TimeoutError:
@@ -270,8 +269,12 @@ async def _read_head(
 
 
 async def _timed(step: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC109
+    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+    # cancellation that arrives as the read completes, and a cancelled reader
+    # (a view's worker, a Ctrl-C) must stop.
     try:
-        return await asyncio.wait_for(step, timeout)
+        async with asyncio.timeout(timeout):
+            return await step
     except TimeoutError:
         raise ReadTimedOut() from None
 
