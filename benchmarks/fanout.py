@@ -20,11 +20,14 @@ and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
   N answers (they arrive as messages), then answers. Wall time runs from the
   parent's task being sent until the whole tree is quiet. Peak memory is the
   largest sum of RSS over this process and all its descendants, sampled every
-  ``--sample`` seconds in a thread; kernels at peak is the largest number of
+  ``--sample`` seconds in a thread, and the largest sum of their PSS (pages
+  shared by n processes count 1/n to each: what the tree really holds),
+  sampled every ``--pss-sample`` seconds; kernels at peak is the largest number of
   live kernel processes seen, beside the kernel cap's own peak (``[sessions]
   max_kernels`` caps it). Kernel starts and unloads are read from the
   sessions' logs; CPU time is split between this process and its (reaped)
-  children, the kernels.
+  children, the kernels. Kernel start cost is the time of each kernel launch
+  (process start until it answers and is bootstrapped), as the daemon waits for it.
 
 Figures depend on machine load: run it on an idle machine. Each scenario
 ends by checking that no kernel process outlives its runtime.
@@ -47,6 +50,7 @@ from pathlib import Path
 import psutil
 
 from recursa.config import MAX_CHILDREN, AgentsConfig
+from recursa.kernel.lifecycle import KernelProcess
 from recursa.models.faux import FauxReply, code, per_session, register_script, reply
 from recursa.models.types import Request
 from recursa.protocol.events import CellFinished, KernelStatus
@@ -83,9 +87,11 @@ class Sampler:
     """Samples, in a thread, the RSS of this process and its descendants and
     how many of them are live kernels; keeps the peaks."""
 
-    def __init__(self, every: float) -> None:
+    def __init__(self, every: float, pss_every: float) -> None:
         self.every = every
-        self.tree_rss = self.own_rss = self.kernels = 0
+        self.pss_every = pss_every
+        self.tree_rss = self.own_rss = self.kernels = self.tree_pss = 0
+        self._next_pss = 0.0
         self._me = psutil.Process()
         self._is_kernel: dict[int, bool] = {}
         self._stop = threading.Event()
@@ -117,6 +123,19 @@ class Sampler:
         self.tree_rss = max(self.tree_rss, total)
         self.own_rss = max(self.own_rss, own)
         self.kernels = max(self.kernels, kernels)
+        now = time.monotonic()
+        if now >= self._next_pss:
+            self.tree_pss = max(self.tree_pss, self._pss())
+            self._next_pss = time.monotonic() + self.pss_every
+
+    def _pss(self) -> int:
+        total = 0
+        for proc in (self._me, *self._me.children(recursive=True)):
+            try:
+                total += proc.memory_full_info().pss
+            except psutil.Error:
+                continue
+        return total
 
     def _kernel(self, proc: psutil.Process) -> bool:
         # A command line does not change: read it once per process.
@@ -290,12 +309,30 @@ def parent_model(n: int) -> Callable[[Request], FauxReply]:
     return respond
 
 
-async def fanout(n: int, every: float, timeout: float) -> None:
+@contextmanager
+def timed_launches(samples: list[float]) -> Iterator[None]:
+    """Records how long each kernel launch takes (start until ready and bootstrapped)."""
+    launch = KernelProcess.launch
+
+    async def timed(self: KernelProcess, cwd: Path) -> None:
+        began = time.perf_counter()
+        await launch(self, cwd)
+        samples.append(time.perf_counter() - began)
+
+    KernelProcess.launch = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        KernelProcess.launch = launch  # type: ignore[method-assign]
+
+
+async def fanout(n: int, every: float, pss_every: float, timeout: float) -> None:
     steps = [code(cell) for cell in CHILD_CELLS]
     register_script("worker", [], fallback=per_session(*steps, reply(CHILD_ANSWER)))
     register_script("fanner", [], fallback=parent_model(n))
     cpu_before = cpu_seconds()
-    with scratch_home() as home, Sampler(every) as sampler:
+    starts_timed: list[float] = []
+    with scratch_home() as home, Sampler(every, pss_every) as sampler, timed_launches(starts_timed):
         async with make_runtime(home / "h", agents=AGENTS) as runtime:
             root = await runtime.create_session(model="faux/fanner", cwd=home)
             began = time.monotonic()
@@ -323,7 +360,8 @@ async def fanout(n: int, every: float, timeout: float) -> None:
         f"cells ok {cells}/{len(CHILD_CELLS) * n}{state}"
     )
     print(
-        f"      peak {sampler.tree_rss / MIB:6.0f} MiB tree, {sampler.own_rss / MIB:.0f} MiB this "
+        f"      peak {sampler.tree_rss / MIB:6.0f} MiB RSS tree, {sampler.tree_pss / MIB:6.0f} MiB "
+        f"PSS tree, {sampler.own_rss / MIB:.0f} MiB this "
         f"process   kernels at peak {sampler.kernels} (cap {cap_peak})   "
         f"children's kernel starts {starts}, unloads {unloads}"
     )
@@ -331,6 +369,9 @@ async def fanout(n: int, every: float, timeout: float) -> None:
         f"      cpu {own_cpu:5.1f} s this process, {kernel_cpu:5.1f} s kernels   "
         f"teardown {teardown:.1f} s"
     )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"      kernel start: {spread(starts_timed)}   ({len(starts_timed)} launches)")
+    print(f"      load average at the end: {load}")
     if answer != f"all {n} answered":
         print(f"      the parent's last answer: {answer!r}")
     check_no_kernels_left()
@@ -343,7 +384,7 @@ async def main(args: argparse.Namespace) -> None:
     if args.calls:
         await admission(args.calls, args.timeout)
     for n in args.sizes:
-        await fanout(n, args.sample, args.timeout)
+        await fanout(n, args.sample, args.pss_sample, args.timeout)
 
 
 if __name__ == "__main__":
@@ -356,5 +397,6 @@ if __name__ == "__main__":
         help="children per fan-out, comma-separated",
     )
     parser.add_argument("--sample", type=float, default=0.05, help="seconds between samples")
+    parser.add_argument("--pss-sample", type=float, default=0.5, help="seconds between PSS samples")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario")
     asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,242 @@
+"""Kernels forked from a zygote (recursa.kernel.forkserver), on real kernels:
+they run cells, are interrupted, restarted, killed and reattached like exec'd
+ones; what a dead kernel detached is killed; the zygote goes once its kernels
+have; a broken fork server falls back to exec'd kernels with one log line.
+(What a sandboxed forked kernel sees is in test_sandbox.py, whose kernel
+fixture runs each test both ways.)"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from recursa.errors import KernelError
+from recursa.kernel import Kernel, forkserver
+from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.limits import KernelLimits
+from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy, check_sandbox
+
+try:
+    check_sandbox("bwrap", network=True)
+    HAVE_BWRAP = True
+except KernelError:
+    HAVE_BWRAP = False
+
+SANDBOXES = [
+    pytest.param("none", id="unconfined"),
+    pytest.param(
+        "bwrap",
+        id="bwrap",
+        marks=pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap cannot run here"),
+    ),
+]
+
+
+def kernel_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def policy(kind: str, home: Path) -> SandboxPolicy:
+    return SandboxPolicy(kind="bwrap", hidden=(home,)) if kind == "bwrap" else NO_SANDBOX
+
+
+@pytest.fixture
+async def forks(home: Path) -> AsyncIterator[ForkServers]:
+    servers = ForkServers(home / "kernels", kernel_env())
+    try:
+        yield servers
+    finally:
+        await servers.aclose()
+
+
+def new_kernel(
+    workspace: Path, home: Path, forks: ForkServers, sandbox: SandboxPolicy, **env: str
+) -> Kernel:
+    return Kernel(
+        workspace,
+        {**kernel_env(), **env},
+        runtime_dir=home / "kernels",
+        sandbox=sandbox,
+        forks=forks,
+    )
+
+
+def zygotes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if forkserver.ZYGOTE_MODULE in proc.cmdline():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("kind", SANDBOXES)
+async def test_a_forked_kernel_runs_is_interrupted_restarted_and_killed(
+    home: Path, tmp_path: Path, forks: ForkServers, kind: str
+) -> None:
+    sandbox = policy(kind, home)
+    async with (
+        new_kernel(tmp_path, home, forks, sandbox, WHO="first") as first,
+        new_kernel(tmp_path, home, forks, sandbox, WHO="second") as second,
+    ):
+        assert first.forked and second.forked
+        # One zygote for both (one configuration), the parent of each kernel
+        # (under a sandbox, below bwrap and the tools that start it).
+        started = zygotes()
+        zygote = psutil.Process(first.pid).parent()
+        assert zygote is not None
+        assert zygote in started
+        assert psutil.Process(second.pid).ppid() == zygote.pid
+        # Each has its own environment, working directory and namespace.
+        cell = "import os; x = 2; print(os.environ['WHO'], os.getcwd())"
+        out = await second.execute(cell, timeout=30)
+        assert out.text() == f"second {tmp_path}\n"
+        out = await first.execute("print('x' in globals())", timeout=30)
+        assert out.text() == "False\n"
+        # Its command line names its connection file, as an exec'd kernel's does.
+        assert str(first.connection_file) in psutil.Process(first.pid).cmdline()
+
+        # Interrupted (at its time limit): the namespace stays.
+        out = await second.execute("import time; time.sleep(60)", timeout=1.0)
+        assert out.status == "timeout"
+        assert not out.restarted
+        out = await second.execute("print(x)", timeout=30)
+        assert out.text() == "2\n"
+
+        # Restarted: forked again, the namespace fresh.
+        before = second.pid
+        await second.restart()
+        assert second.forked
+        assert second.pid != before
+        out = await second.execute("print('x' in globals())", timeout=30)
+        assert out.text() == "False\n"
+
+        # Killed from outside: noticed, and the next cell runs in a new kernel.
+        killed = first.pid
+        assert killed is not None
+        victim = psutil.Process(killed)
+        victim.kill()
+        psutil.wait_procs([victim], timeout=10)
+        out = await first.execute("print('back')", timeout=60)
+        assert out.restarted
+        assert "had died" in out.note
+        assert out.text().startswith("back\n")
+        assert first.pid != killed
+    assert not psutil.pid_exists(killed) or psutil.Process(killed).status() == "zombie"
+    await forks.aclose()
+    # The zygote goes once its kernels have.
+    _gone, alive = psutil.wait_procs(started, timeout=10)
+    assert alive == []
+
+
+@pytest.mark.parametrize("kind", SANDBOXES)
+async def test_what_a_dead_forked_kernel_detached_is_killed(
+    home: Path, tmp_path: Path, forks: ForkServers, kind: str
+) -> None:
+    marker = "301.424242"
+    cell = (
+        "import os\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execvp('sleep', ['sleep', {marker!r}])\n"
+        "    os._exit(0)\n"
+        "os.wait()\n"
+        "print('started')"
+    )
+    async with new_kernel(tmp_path, home, forks, policy(kind, home)) as kernel:
+        out = await kernel.execute(cell, timeout=30)
+        assert out.text() == "started\n"
+        kernel_proc = psutil.Process(kernel.pid)
+        # The double fork did not escape: the kernel is a subreaper.
+        [sleeper] = [p for p in kernel_proc.children() if marker in p.cmdline()]
+        kernel_proc.kill()
+        _gone, alive = psutil.wait_procs([sleeper], timeout=10)
+        assert alive == []
+
+
+async def test_a_forked_kernel_is_reattached_by_a_later_launcher(
+    home: Path, tmp_path: Path, forks: ForkServers
+) -> None:
+    kernel = new_kernel(tmp_path, home, forks, NO_SANDBOX)
+    await kernel.start()
+    await kernel.execute("kept = 41", timeout=30)
+    pid, connection_file = kernel.pid, kernel.connection_file
+    assert pid is not None
+    kernel._proc.let_go()  # the launcher is gone, as after a crash
+    again = await Kernel.attach(connection_file, pid, tmp_path, kernel_env(), forks=forks)
+    try:
+        assert again.attach_outcome == "idle"
+        out = await again.execute("print(kept + 1)", timeout=30)
+        assert out.text() == "42\n"
+    finally:
+        await again.shutdown()
+    assert not connection_file.exists()
+
+
+async def test_a_broken_fork_server_falls_back_to_exec_with_one_log_line(
+    home: Path,
+    tmp_path: Path,
+    forks: ForkServers,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(forkserver, "ZYGOTE_MODULE", "recursa.kernel.no_such_zygote")
+    caplog.set_level(logging.WARNING, logger=forkserver.__name__)
+    async with (
+        new_kernel(tmp_path, home, forks, NO_SANDBOX) as first,
+        new_kernel(tmp_path, home, forks, NO_SANDBOX) as second,
+    ):
+        assert not first.forked and not second.forked
+        out = await second.execute("print(6 * 7)", timeout=30)
+        assert out.text() == "42\n"
+    said = [r.getMessage() for r in caplog.records if r.name == forkserver.__name__]
+    assert len(said) == 1
+    assert "without the fork server" in said[0]
+    assert "no_such_zygote" in said[0]
+
+
+async def test_a_forked_sandboxed_kernel_sees_no_connection_file(
+    home: Path, tmp_path: Path, forks: ForkServers
+) -> None:
+    if not HAVE_BWRAP:
+        pytest.skip("bubblewrap cannot run here")
+    runtime_dir = home / "kernels"
+    sandbox = policy("bwrap", home)
+    async with (
+        new_kernel(tmp_path, home, forks, sandbox) as first,
+        new_kernel(tmp_path, home, forks, sandbox) as second,
+    ):
+        assert first.forked and second.forked
+        listing = f"import os; print(sorted(os.listdir({str(runtime_dir)!r})))"
+        out = await second.execute(listing, timeout=30)
+        seen = json.loads(out.text().replace("'", '"'))
+        # The zygote's directory (its kernels' sockets), nothing else: no
+        # connection file (the kernel got its content in the fork request).
+        assert len(seen) <= 1
+        assert all(name.startswith("zygote-") for name in seen)
+        for path in (first.connection_file, second.connection_file):
+            out = await second.execute(f"open({str(path)!r}).read()", timeout=30)
+            assert "FileNotFoundError" in out.text()
+        # Where an exec'd kernel reads its file, a forked one finds only its
+        # zygote's (empty) marker.
+        out = await second.execute("import os; print(os.listdir('/tmp/.recursa'))", timeout=30)
+        [marker] = json.loads(out.text().replace("'", '"'))
+        assert marker.startswith("zygote-")
+        assert not marker.endswith(".json")
+
+
+def test_kernels_with_resource_limits_are_never_forked(home: Path) -> None:
+    servers = ForkServers(home / "kernels", kernel_env())
+    limited = SandboxPolicy(limits=KernelLimits(memory_bytes=1 << 30))
+    found = servers.server_for(python="python3", sandbox=limited, workspace=home, api_socket=None)
+    assert found is None
+    assert servers.server_for(python="python3", sandbox=NO_SANDBOX, workspace=home, api_socket=None)
