@@ -349,6 +349,7 @@ async def fanout(n: int, every: float, pss_every: float, timeout: float) -> None
                 starts += sum(s in ("ready", "restored") for s in kernel)
                 unloads += kernel.count("stopped")
             cap_peak = runtime.kernel_cap.peak
+            pressure = runtime.kernel_cap.pressure_unloads
             answer = root.last_answer
             closing = time.monotonic()
         teardown = time.monotonic() - closing
@@ -363,7 +364,7 @@ async def fanout(n: int, every: float, pss_every: float, timeout: float) -> None
         f"      peak {sampler.tree_rss / MIB:6.0f} MiB RSS tree, {sampler.tree_pss / MIB:6.0f} MiB "
         f"PSS tree, {sampler.own_rss / MIB:.0f} MiB this "
         f"process   kernels at peak {sampler.kernels} (cap {cap_peak})   "
-        f"children's kernel starts {starts}, unloads {unloads}"
+        f"children's kernel starts {starts}, unloads {unloads} ({pressure} for memory)"
     )
     print(
         f"      cpu {own_cpu:5.1f} s this process, {kernel_cpu:5.1f} s kernels   "

@@ -47,6 +47,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -78,8 +79,6 @@ log = logging.getLogger(__name__)
 ZYGOTE_MODULE = "recursa.kernel.zygote"
 READY_TIMEOUT = 30.0
 """Seconds a zygote has to import everything and say it is ready."""
-FORK_TIMEOUT = 10.0
-"""Seconds a fork request may take, until the forked kernel has said who it is."""
 CLOSE_WAIT = 2.0
 """Seconds :meth:`ForkServer.close` waits for a zygote to exit."""
 _UCRED = 12  # struct ucred: pid, uid, gid
@@ -205,10 +204,14 @@ class ForkServer:
         cwd: Path,
         env: Mapping[str, str],
         log_file: Path,
+        deadline: float,
     ) -> int:
         """Fork a kernel in ``cwd`` with environment ``env`` on ``connection``
-        (its connection file's content); return its pid once it runs (not
-        yet ready). :class:`KernelError` if the zygote cannot."""
+        (its connection file's content); return its pid once it has bound its
+        sockets (a client connecting then finds them at once, instead of
+        retrying on zeromq's reconnect interval). :class:`KernelError` if the
+        zygote cannot, or the kernel ends or is not that far by ``deadline``
+        (loop time), when it is killed."""
         await self.start()
         sock = self._sock
         if sock is None or self.broken is not None:
@@ -234,10 +237,14 @@ class ForkServer:
         try:
             with log_file.open("wb") as log_out:
                 socket.send_fds(sock, [data], [log_out.fileno()])
-            return await asyncio.wait_for(asyncio.shield(future), FORK_TIMEOUT)
+            left = deadline - asyncio.get_running_loop().time()
+            return await asyncio.wait_for(asyncio.shield(future), max(0.0, left))
         except TimeoutError:
-            self._fail("a fork request went unanswered")
-            raise KernelError(self.broken or "the fork server failed") from None
+            pid = self._pids.get(ident)
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+            raise KernelError("the forked kernel was not ready in time") from None
         except OSError as exc:
             self._fail(f"the fork server is gone ({exc})")
             raise KernelError(self.broken or "the fork server failed") from None
@@ -286,12 +293,13 @@ class ForkServer:
         future = self._waiting.get(ident)
         if message.get("forked") and sender is not None:
             self._pids[ident] = sender
+        elif message.get("bound") and sender is not None:
             if future is not None and not future.done():
                 future.set_result(sender)
             else:
                 # Nobody waits for it any more (cancelled, timed out): it must not run.
                 with contextlib.suppress(OSError):
-                    os.killpg(sender, 9)
+                    os.killpg(sender, signal.SIGKILL)
         elif "exit" in message:
             pid = self._pids.pop(ident, None)
             if pid is not None:
@@ -431,4 +439,4 @@ class ForkServers:
         await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
 
 
-__all__ = ["FORK_TIMEOUT", "READY_TIMEOUT", "ZYGOTE_MODULE", "ForkServer", "ForkServers"]
+__all__ = ["READY_TIMEOUT", "ZYGOTE_MODULE", "ForkServer", "ForkServers"]

@@ -200,7 +200,7 @@ class KernelProcess:
                 self._manager = self._new_manager(cwd)
                 self._rebuild = False
             if server is not None:
-                self._watch = await self._fork(server, cwd)
+                self._watch = await self._fork(server, cwd, deadline)
             else:
                 self._watch = await self._spawn(cwd)
             self._watch.watch(loop, self._on_exit)
@@ -234,7 +234,7 @@ class KernelProcess:
             raise KernelError("jupyter_client started no local process")
         return ProcessWatch.child(process)
 
-    async def _fork(self, server: ForkServer, cwd: Path) -> ProcessWatch:
+    async def _fork(self, server: ForkServer, cwd: Path, deadline: float) -> ProcessWatch:
         """Fork the process from ``server``; the watch checks, as for an
         adopted kernel, that the pid is the kernel of this connection file."""
         assert self._manager is not None
@@ -246,6 +246,7 @@ class KernelProcess:
             cwd=cwd,
             env=self._env,
             log_file=self._log_file,
+            deadline=deadline,
         )
         watch = ProcessWatch.adopt(pid, self.connection_file, lambda: server.exit_status(pid))
         self.forked = True

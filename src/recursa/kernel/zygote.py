@@ -17,8 +17,9 @@ The protocol, one JSON object per message:
 - daemon -> zygote: ``{"id": N, "cwd": ..., "env": {...}, "argv": [...],
   "connection": {...}, "cmdline": "..."}`` with the kernel's log file as an
   attached descriptor (``SCM_RIGHTS``).
-- forked kernel -> daemon: ``{"id": N, "forked": true}``, sent by the child
-  itself, so that its credentials name it.
+- forked kernel -> daemon: ``{"id": N, "forked": true}`` once it runs, and
+  ``{"id": N, "bound": true}`` once its sockets are bound, sent by the child
+  itself, so that their credentials name it.
 
 Invariants the zygote keeps:
 
@@ -75,8 +76,23 @@ PRELOAD = (
     "tornado.ioloop",
     "asyncio",
     "recursa.api.extension",
+    # What ipykernel and IPython import while a kernel starts (its debugger
+    # support, pdb, pydoc, ...): measured on a forked kernel's sys.modules.
+    "ipykernel.debugger",
+    "debugpy",
+    "pdb",
+    "pydoc",
+    "tornado.gen",
+    "tornado.locks",
+    "tornado.queues",
+    "http.server",
+    "xmlrpc.client",
+    "xmlrpc.server",
+    "IPython.extensions",
+    "encodings.idna",
 )
-"""Modules imported once in the zygote, so that every kernel finds them loaded."""
+"""Modules imported once in the zygote, so that every kernel finds them
+loaded; none may start a thread (the zygote checks)."""
 
 MAX_MESSAGE = 1 << 20
 PADDING_CHARS = 2048
@@ -215,14 +231,14 @@ def _become_kernel(
         # Before the daemon learns the pid: it checks the command line then.
         set_command_line(request["cmdline"])
         _send(control, {"id": request["id"], "forked": True})
-        control.close()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["ipykernel_launcher", *request["argv"]]
-        if sys.path and sys.path[0] in ("", os.getcwd()):
-            del sys.path[0]
-        run_kernel(request["connection"], request["argv"])
+        app = kernel_app(request["connection"], request["argv"])
+        _send(control, {"id": request["id"], "bound": True})
+        control.close()
+        app.start()
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -236,9 +252,10 @@ def _become_kernel(
             os._exit(code)
 
 
-def run_kernel(connection: dict[str, Any], argv: list[str]) -> None:
-    """Run ipykernel's application on ``connection`` (a connection file's
-    content), with ``argv`` as its command line options."""
+def kernel_app(connection: dict[str, Any], argv: list[str]) -> Any:
+    """ipykernel's application on ``connection`` (a connection file's
+    content), with ``argv`` as its command line options, initialized: its
+    sockets are bound. Its ``start()`` runs the kernel."""
     from ipykernel.kernelapp import IPKernelApp
 
     class ForkedKernelApp(IPKernelApp):
@@ -250,7 +267,9 @@ def run_kernel(connection: dict[str, Any], argv: list[str]) -> None:
         def write_connection_file(self, **kwargs: Any) -> None:
             pass
 
-    ForkedKernelApp.launch_instance(argv)
+    app = ForkedKernelApp.instance()
+    app.initialize(argv)  # type: ignore[no-untyped-call]
+    return app
 
 
 def set_command_line(text: str) -> None:
