@@ -19,7 +19,9 @@ import pytest
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, forkserver
 from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.launch import kernel_dir
 from recursa.kernel.limits import KernelLimits
+from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy, check_sandbox
 
 try:
@@ -240,3 +242,25 @@ def test_kernels_with_resource_limits_are_never_forked(home: Path) -> None:
     found = servers.server_for(python="python3", sandbox=limited, workspace=home, api_socket=None)
     assert found is None
     assert servers.server_for(python="python3", sandbox=NO_SANDBOX, workspace=home, api_socket=None)
+
+
+async def test_a_gone_launchers_fork_server_files_are_removed_with_the_orphans(
+    home: Path,
+) -> None:
+    runtime_dir = home / "kernels"
+    runtime_dir.mkdir(parents=True)
+    dead = psutil.Popen(["true"])  # a launcher that is gone
+    dead.wait()
+    left = {}
+    for launcher in (dead.pid, os.getpid()):
+        name = f"zygote-{launcher}-0123456789ab"
+        files = [runtime_dir / f"{name}.zygote", runtime_dir / f"{name}.log"]
+        for path in files:
+            path.write_text("")
+        directory = kernel_dir(runtime_dir, name)  # where a ForkServer puts it
+        directory.mkdir()
+        left[launcher] = [*files, directory]
+    await stop_orphans(runtime_dir, keep=())
+    assert [p for p in left[dead.pid] if p.exists()] == []
+    assert all(p.exists() for p in left[os.getpid()])  # its launcher runs: kept
+    left[os.getpid()][-1].rmdir()
