@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/fanout.py [--calls 200] [--sizes 50,100,200]
+    .venv/bin/python benchmarks/fanout.py [--calls 200] [--sizes 50,100,200] [--fork-server on,off]
 
 Everything runs in this process against the faux provider, with real kernels
 and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import psutil
 
-from recursa.config import MAX_CHILDREN, AgentsConfig
+from recursa.config import CONFIG_FILE_NAME, MAX_CHILDREN, AgentsConfig
 from recursa.kernel.lifecycle import KernelProcess
 from recursa.models.faux import FauxReply, code, per_session, register_script, reply
 from recursa.models.types import Request
@@ -326,14 +326,25 @@ def timed_launches(samples: list[float]) -> Iterator[None]:
         KernelProcess.launch = launch  # type: ignore[method-assign]
 
 
-async def fanout(n: int, every: float, pss_every: float, timeout: float) -> None:
+def write_config(home: Path, fork_server: bool) -> None:
+    """The runtime's ``config.toml``: kernels forked from a zygote, or not."""
+    home.mkdir(parents=True, exist_ok=True)
+    flag = "true" if fork_server else "false"
+    (home / CONFIG_FILE_NAME).write_text(f"[kernel]\nfork_server = {flag}\n")
+
+
+async def fanout(
+    n: int, every: float, pss_every: float, timeout: float, fork_server: bool = True
+) -> None:
     steps = [code(cell) for cell in CHILD_CELLS]
     register_script("worker", [], fallback=per_session(*steps, reply(CHILD_ANSWER)))
     register_script("fanner", [], fallback=parent_model(n))
     cpu_before = cpu_seconds()
     starts_timed: list[float] = []
     with scratch_home() as home, Sampler(every, pss_every) as sampler, timed_launches(starts_timed):
+        write_config(home / "h", fork_server)
         async with make_runtime(home / "h", agents=AGENTS) as runtime:
+            assert runtime.config.kernel.fork_server == fork_server
             root = await runtime.create_session(model="faux/fanner", cwd=home)
             began = time.monotonic()
             root.send("fan out")
@@ -356,8 +367,9 @@ async def fanout(n: int, every: float, pss_every: float, timeout: float) -> None
     cpu_after = cpu_seconds()
     own_cpu, kernel_cpu = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     state = "" if quiet else f"   NOT QUIET after {timeout:.0f} s"
+    how = "forked kernels" if fork_server else "exec'd kernels"
     print(
-        f"{n:4d} children: wall {wall:6.1f} s   completed {done}/{n}   "
+        f"{n:4d} children ({how}): wall {wall:6.1f} s   completed {done}/{n}   "
         f"cells ok {cells}/{len(CHILD_CELLS) * n}{state}"
     )
     print(
@@ -385,7 +397,8 @@ async def main(args: argparse.Namespace) -> None:
     if args.calls:
         await admission(args.calls, args.timeout)
     for n in args.sizes:
-        await fanout(n, args.sample, args.pss_sample, args.timeout)
+        for fork_server in args.fork_server:
+            await fanout(n, args.sample, args.pss_sample, args.timeout, fork_server)
 
 
 if __name__ == "__main__":
@@ -399,5 +412,11 @@ if __name__ == "__main__":
     )
     parser.add_argument("--sample", type=float, default=0.05, help="seconds between samples")
     parser.add_argument("--pss-sample", type=float, default=0.5, help="seconds between PSS samples")
+    parser.add_argument(
+        "--fork-server",
+        type=lambda s: [{"on": True, "off": False}[x] for x in s.split(",") if x],
+        default=[True],
+        help="on, off or both (on,off): kernels forked from a zygote ([kernel] fork_server)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario")
     asyncio.run(main(parser.parse_args()))
