@@ -264,3 +264,20 @@ async def test_a_gone_launchers_fork_server_files_are_removed_with_the_orphans(
     assert [p for p in left[dead.pid] if p.exists()] == []
     assert all(p.exists() for p in left[os.getpid()])  # its launcher runs: kept
     left[os.getpid()][-1].rmdir()
+
+
+async def test_after_the_servers_close_a_restart_is_not_forked(
+    home: Path, tmp_path: Path, forks: ForkServers
+) -> None:
+    async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as kernel:
+        assert kernel.forked
+        started = zygotes()
+        await forks.aclose()  # the pool closed; the kernel was handed out and lives on
+        out = await kernel.execute("print('still here')", timeout=30)
+        assert out.text() == "still here\n"
+        await kernel.restart()
+        assert not kernel.forked
+        # Its zygote goes with its last kernel, and no new one is started.
+        _gone, alive = psutil.wait_procs(started, timeout=10)
+        assert alive == []
+        assert zygotes() == []

@@ -393,6 +393,7 @@ class ForkServers:
         self._env = dict(env)
         self._servers: dict[tuple[object, ...], ForkServer] = {}
         self._told = False
+        self._closed = False
 
     def server_for(
         self,
@@ -404,7 +405,7 @@ class ForkServers:
     ) -> ForkServer | None:
         """The server for kernels of this configuration; None where kernels
         are not forked (resource limits, or a server that failed)."""
-        if sandbox.limits.controllers:
+        if sandbox.limits.controllers or self._closed:
             return None
         key = (python, sandbox, workspace, api_socket)
         server = self._servers.get(key)
@@ -434,6 +435,9 @@ class ForkServers:
             self._told = True
 
     async def aclose(self) -> None:
+        """Close every server; kernels launched from now on (restarts of
+        kernels handed out) are not forked."""
+        self._closed = True
         servers = list(self._servers.values())
         self._servers.clear()
         await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
