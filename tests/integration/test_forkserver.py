@@ -281,3 +281,31 @@ async def test_after_the_servers_close_a_restart_is_not_forked(
         _gone, alive = psutil.wait_procs(started, timeout=10)
         assert alive == []
         assert zygotes() == []
+
+
+@pytest.mark.parametrize("kind", SANDBOXES)
+async def test_a_forked_kernel_is_not_dumpable_and_shows_no_environment_of_its_own(
+    home: Path, tmp_path: Path, forks: ForkServers, kind: str
+) -> None:
+    """Its siblings share its PID namespace: it is non-dumpable (so, for any
+    user but root, its memory, environment and descriptors are closed to them),
+    and /proc shows the zygote's environment, never what the harness set."""
+    sandbox = policy(kind, home)
+    async with (
+        new_kernel(tmp_path, home, forks, sandbox, SECRET="first-secret") as first,
+        new_kernel(tmp_path, home, forks, sandbox) as second,
+    ):
+        dumpable = "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+        out = await first.execute(dumpable, timeout=30)
+        assert out.text() == "0\n"
+        out = await first.execute("import os; print(os.environ['SECRET'], os.getpid())", timeout=30)
+        secret, inner = out.text().split()
+        assert secret == "first-secret"
+        probe = (
+            "try:\n"
+            f"    print(b'first-secret' in open('/proc/{inner}/environ', 'rb').read())\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__)"
+        )
+        out = await second.execute(probe, timeout=30)
+        assert out.text() in ("False\n", "PermissionError\n")

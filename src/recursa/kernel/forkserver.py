@@ -19,11 +19,15 @@ What differs from an exec'd sandboxed kernel, precisely (the kernels of one
 zygote share one workspace already, read-write):
 
 - They share one sandbox: one mount namespace, one private ``/tmp``, one
-  PID namespace. A kernel sees its siblings' processes in ``/proc`` (not
-  their memory or environment: the harness passes the session token to the
-  kernel after the fork, and a kernel is not its sibling's parent), and the
-  environment of the programs a sibling runs (``/proc/<pid>/environ`` of a
-  ``%%bash`` child holds its session's token). It can see its siblings'
+  PID namespace. A kernel sees its siblings' processes in ``/proc``, but
+  not their memory or descriptors: each kernel is made non-dumpable before
+  it runs any code, which also bars ptrace (for any user but root: a daemon
+  run as root gives its kernels the power to read each other). A kernel's
+  ``/proc/<pid>/environ`` is the zygote's, without the session token the
+  harness exports later. The programs a kernel runs are dumpable again
+  after their exec, so a sibling can read their environment (a ``%%bash``
+  child's holds its session's token) where an exec'd kernel, alone in its
+  PID namespace, could not even see them. It can see its siblings'
   socket directories and connect to them (reading another kernel's output
   on iopub; running code needs the kernel's key, which is in no file the
   sandbox shows). It cannot see the daemon's directories, other workspaces,

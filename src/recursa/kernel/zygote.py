@@ -100,6 +100,7 @@ PADDING_CHARS = 2048
 command line for a kernel's (which names its connection file)."""
 PADDING_CHAR = "_"
 
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -225,6 +226,10 @@ def _become_kernel(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setsid()
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        # Siblings share a PID namespace: none may read this one's memory,
+        # environment or descriptors through /proc or ptrace (the session's
+        # token is in them once the harness has exported it).
+        _prctl(_PR_SET_DUMPABLE, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
