@@ -67,6 +67,7 @@ from recursa.kernel.launch import (
     extension_flags,
     kernel_dir,
 )
+from recursa.kernel.orphans import connection_name
 from recursa.kernel.pids import is_alive
 from recursa.kernel.sandbox import (
     KernelView,
@@ -86,6 +87,8 @@ READY_TIMEOUT = 30.0
 CLOSE_WAIT = 2.0
 """Seconds :meth:`ForkServer.close` waits for a zygote to exit."""
 _UCRED = 12  # struct ucred: pid, uid, gid
+_KEPT_EXITS = 4096
+"""Exit statuses kept for the notes of kernels' deaths (the newest)."""
 
 
 class ForkServer:
@@ -307,6 +310,8 @@ class ForkServer:
         elif "exit" in message:
             pid = self._pids.pop(ident, None)
             if pid is not None:
+                if len(self._exits) >= _KEPT_EXITS:
+                    del self._exits[next(iter(self._exits))]  # the oldest
                 self._exits[pid] = int(message["exit"])
             if future is not None and not future.done():
                 future.set_exception(KernelError("the forked kernel exited at once"))
@@ -414,18 +419,21 @@ class ForkServers:
         key = (python, sandbox, workspace, api_socket)
         server = self._servers.get(key)
         if server is None:
-            from recursa.kernel.orphans import connection_name
-
             name = "zygote" + connection_name().removeprefix("kernel")
-            server = ForkServer(
-                python=python,
-                sandbox=sandbox,
-                workspace=workspace,
-                api_socket=api_socket,
-                runtime_dir=self._runtime_dir,
-                env=self._env,
-                name=name,
-            )
+            try:
+                server = ForkServer(
+                    python=python,
+                    sandbox=sandbox,
+                    workspace=workspace,
+                    api_socket=api_socket,
+                    runtime_dir=self._runtime_dir,
+                    env=self._env,
+                    name=name,
+                )
+            except KernelError as exc:  # no private directory for it
+                log.warning("kernels are launched without the fork server: %s", exc)
+                self._closed = True
+                return None
             self._servers[key] = server
         return None if server.broken is not None else server
 
