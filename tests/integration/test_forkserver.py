@@ -7,19 +7,23 @@ fixture runs each test both ways.)"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, forkserver
-from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.forkserver import ForkServer, ForkServers
 from recursa.kernel.launch import kernel_dir
+from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy, check_sandbox
@@ -309,3 +313,59 @@ async def test_a_forked_kernel_is_not_dumpable_and_shows_no_environment_of_its_o
         )
         out = await second.execute(probe, timeout=30)
         assert out.text() in ("False\n", "PermissionError\n")
+
+
+async def test_a_forked_start_cancelled_at_any_step_leaves_no_kernel(
+    home: Path, tmp_path: Path, forks: ForkServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelled as it asks the zygote, once the kernel has bound its sockets,
+    # while the harness waits for it to answer, and while it is bootstrapped
+    # (the zygote is up already: the first kernel started it).
+    async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as first:
+        assert first.forked
+    reached: dict[str, asyncio.Event] = {}
+
+    def mark(name: str) -> None:
+        if name in reached:
+            reached[name].set()
+
+    fork, wait_ready, silent = ForkServer.fork, KernelProcess._wait_ready, KernelProcess.silent
+
+    async def marked_fork(self: ForkServer, **kwargs: Any) -> int:
+        mark("asking")
+        pid = await fork(self, **kwargs)
+        mark("bound")
+        await asyncio.sleep(0)  # a step at which the cancellation can land
+        return pid
+
+    async def marked_wait_ready(self: KernelProcess, deadline: float) -> None:
+        mark("answering")
+        await wait_ready(self, deadline)
+
+    async def marked_silent(self: KernelProcess, code: str, **kwargs: Any) -> Any:
+        mark("bootstrap")
+        return await silent(self, code, **kwargs)
+
+    monkeypatch.setattr(ForkServer, "fork", marked_fork)
+    monkeypatch.setattr(KernelProcess, "_wait_ready", marked_wait_ready)
+    monkeypatch.setattr(KernelProcess, "silent", marked_silent)
+    for phase in ("asking", "bound", "answering", "bootstrap"):
+        reached = {phase: asyncio.Event()}
+        kernel = new_kernel(tmp_path, home, forks, NO_SANDBOX)
+        task = asyncio.ensure_future(kernel.start())
+        await asyncio.wait_for(reached[phase].wait(), 30)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled(), phase
+        await kernel.shutdown()
+    left = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "ipykernel_launcher" in proc.cmdline():
+                left.append(proc)
+    _gone, alive = psutil.wait_procs(left, timeout=10)
+    assert alive == []
+    # The zygote still serves.
+    reached = {}
+    async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as kernel:
+        assert kernel.forked

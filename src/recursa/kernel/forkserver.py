@@ -255,6 +255,12 @@ class ForkServer:
         except OSError as exc:
             self._fail(f"the fork server is gone ({exc})")
             raise KernelError(self.broken or "the fork server failed") from None
+        except BaseException:
+            # Cancelled just as the kernel came up: nobody will hold it.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(future.result(), signal.SIGKILL)
+            raise
         finally:
             self._waiting.pop(ident, None)
             if not future.done():
