@@ -7,6 +7,10 @@ Usage::
 Everything runs in this process against the faux provider, with real kernels
 and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
 
+- kernel start: ``--starts`` kernels started one after another, forked from
+  a zygote and exec'd, in the sandbox a runtime uses; the first forked start
+  includes starting the zygote. PSS per kernel is over all of this process's
+  descendants (the zygote included) once they are idle.
 - admission: one parent cell calls ``await rlm(...)`` ``--calls`` times in a
   loop, timing each call in the kernel (after one warm-up call); the children
   answer at once and run no cells. This is the whole ``rlm()`` with the real
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -50,7 +55,10 @@ from pathlib import Path
 import psutil
 
 from recursa.config import CONFIG_FILE_NAME, MAX_CHILDREN, AgentsConfig
+from recursa.kernel import Kernel
+from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.sandbox import DEFAULT_SANDBOX, SandboxPolicy
 from recursa.models.faux import FauxReply, code, per_session, register_script, reply
 from recursa.models.types import Request
 from recursa.protocol.events import CellFinished, KernelStatus
@@ -390,10 +398,61 @@ async def fanout(
     check_no_kernels_left()
 
 
+async def starts(count: int) -> None:
+    """``count`` kernels started one after another (nothing else running), in
+    the sandbox a runtime uses, forked and exec'd: the start cost alone, and
+    the PSS of the kernels once all are idle."""
+    for fork_server in (True, False):
+        with scratch_home() as home:
+            runtime_dir = home / "h" / "kernels"
+            workspace = home / "w"
+            workspace.mkdir()
+            forks = (
+                ForkServers(runtime_dir, {"PATH": os.environ.get("PATH", "")})
+                if fork_server
+                else None
+            )
+            sandbox = SandboxPolicy(kind=DEFAULT_SANDBOX, hidden=(home / "h",))
+            kernels: list[Kernel] = []
+            took: list[float] = []
+            try:
+                for _ in range(count + 1):
+                    kernel = Kernel(
+                        workspace,
+                        {"PATH": os.environ.get("PATH", "")},
+                        runtime_dir=runtime_dir,
+                        sandbox=sandbox,
+                        forks=forks,
+                    )
+                    began = time.perf_counter()
+                    await kernel.start()
+                    took.append(time.perf_counter() - began)
+                    kernels.append(kernel)
+                pss = 0
+                for proc in psutil.Process().children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        pss += proc.memory_full_info().pss
+            finally:
+                for kernel in kernels:
+                    await kernel.shutdown()
+                if forks is not None:
+                    await forks.aclose()
+            how = "forked" if fork_server else "exec'd"
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(
+                f"kernel start, {how:7s} ({DEFAULT_SANDBOX}): first {took[0] * 1e3:6.0f} ms, "
+                f"then {spread(took[1:])}   PSS {pss / MIB / len(kernels):5.1f} MiB a kernel "
+                f"({len(kernels)} idle)   load {load}"
+            )
+    check_no_kernels_left()
+
+
 async def main(args: argparse.Namespace) -> None:
     usable = len(os.sched_getaffinity(0))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"cpus: {os.cpu_count()} ({usable} usable)   load average at start: {load}")
+    if args.starts:
+        await starts(args.starts)
     if args.calls:
         await admission(args.calls, args.timeout)
     for n in args.sizes:
@@ -417,6 +476,9 @@ if __name__ == "__main__":
         type=lambda s: [{"on": True, "off": False}[x] for x in s.split(",") if x],
         default=[True],
         help="on, off or both (on,off): kernels forked from a zygote ([kernel] fork_server)",
+    )
+    parser.add_argument(
+        "--starts", type=int, default=10, help="kernels started one by one, each way (0: skip)"
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario")
     asyncio.run(main(parser.parse_args()))
