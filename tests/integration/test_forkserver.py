@@ -12,7 +12,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,17 @@ def new_kernel(
         sandbox=sandbox,
         forks=forks,
     )
+
+
+async def until(
+    found: Callable[[], list[psutil.Process]], seconds: float = 10
+) -> list[psutil.Process]:
+    """What ``found`` returns once it is not empty; [] after ``seconds``. It
+    polls: a process's exec is seen by nothing else."""
+    deadline = time.monotonic() + seconds
+    while not (result := found()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return result
 
 
 def zygotes() -> list[psutil.Process]:
@@ -162,8 +174,10 @@ async def test_what_a_dead_forked_kernel_detached_is_killed(
         out = await kernel.execute(cell, timeout=30)
         assert out.text() == "started\n"
         kernel_proc = psutil.Process(kernel.pid)
-        # The double fork did not escape: the kernel is a subreaper.
-        [sleeper] = [p for p in kernel_proc.children() if marker in p.cmdline()]
+        # The double fork did not escape: the kernel is a subreaper. (The
+        # sleep may not have exec'd yet when the cell has printed.)
+        sleepers = await until(lambda: [p for p in kernel_proc.children() if marker in p.cmdline()])
+        [sleeper] = sleepers
         kernel_proc.kill()
         _gone, alive = psutil.wait_procs([sleeper], timeout=10)
         assert alive == []
