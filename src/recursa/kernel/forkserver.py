@@ -81,6 +81,9 @@ from recursa.kernel.zygote import MAX_MESSAGE, PADDING_CHAR, PADDING_CHARS
 
 log = logging.getLogger(__name__)
 
+FORKS_HERE = sys.platform.startswith("linux")
+"""The fork server needs Linux: a pidfd, ``SCM_CREDENTIALS``, ``prctl``, ``/proc``.
+Elsewhere every kernel is launched as a process of its own."""
 ZYGOTE_MODULE = "recursa.kernel.zygote"
 READY_TIMEOUT = 30.0
 """Seconds a zygote has to import everything and say it is ready."""
@@ -420,7 +423,7 @@ class ForkServers:
     ) -> ForkServer | None:
         """The server for kernels of this configuration; None where kernels
         are not forked (resource limits, or a server that failed)."""
-        if sandbox.limits.controllers or self._closed:
+        if sandbox.limits.controllers or self._closed or not FORKS_HERE:
             return None
         key = (python, sandbox, workspace, api_socket)
         server = self._servers.get(key)
