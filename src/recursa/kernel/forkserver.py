@@ -270,7 +270,10 @@ class ForkServer:
                 future.cancel()
 
     def exit_status(self, pid: int) -> int | None:
-        """The wait status of the forked kernel ``pid``, once the zygote has reaped it."""
+        """The wait status of the forked kernel ``pid``, once the zygote has
+        reaped it and said so (messages already sent are read first)."""
+        if pid not in self._exits:
+            self._on_readable()
         return self._exits.get(pid)
 
     # -- messages -------------------------------------------------------------------------
