@@ -28,6 +28,8 @@ from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy, check_sandbox
+from recursa.models.faux import code, register_script, reply
+from recursa.testing import make_runtime
 
 try:
     check_sandbox("bwrap", network=True)
@@ -383,3 +385,20 @@ async def test_a_forked_start_cancelled_at_any_step_leaves_no_kernel(
     reached = {}
     async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as kernel:
         assert kernel.forked
+
+
+async def test_a_runtime_with_the_fork_server_off_execs_its_kernels(
+    home: Path, tmp_path: Path
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[kernel]\nfork_server = false\nsandbox = "none"\n')
+    register_script("who", [code("import os; print(os.getpid())"), reply("ok")])
+    async with make_runtime(home) as runtime:
+        assert runtime.config.kernel.fork_server is False
+        session = await runtime.create_session(model="faux/who", cwd=tmp_path)
+        await session.ask("who are you")
+        [row] = runtime.store.kernels.all()
+        kernel = psutil.Process(row.pid)
+        # Launched by this process (jupyter_client), not forked by a zygote.
+        assert kernel.ppid() == os.getpid()
+        assert zygotes() == []
