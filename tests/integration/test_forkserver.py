@@ -402,3 +402,38 @@ async def test_a_runtime_with_the_fork_server_off_execs_its_kernels(
         # Launched by this process (jupyter_client), not forked by a zygote.
         assert kernel.ppid() == os.getpid()
         assert zygotes() == []
+
+
+async def test_a_zygote_killed_under_its_kernels_leaves_later_kernels_execd(
+    home: Path,
+    tmp_path: Path,
+    forks: ForkServers,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger=forkserver.__name__)
+    async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as first:
+        assert first.forked
+        zygote = psutil.Process(first.pid).parent()
+        assert zygote is not None
+        zygote.kill()
+        zygote.wait(10)
+        # The server sees its socket close (without a fork in flight).
+        [server] = forks._servers.values()
+        for _ in range(1000):
+            if server.broken is not None:
+                break
+            await asyncio.sleep(0)
+        assert server.broken == "the fork server exited"
+        async with new_kernel(tmp_path, home, forks, NO_SANDBOX) as second:
+            assert not second.forked
+            out = await second.execute("print('exec')", timeout=30)
+            assert out.text() == "exec\n"
+        # Unconfined, the first lives on without its zygote (in a sandbox it
+        # would have died with it, the namespace's init, and been restarted).
+        out = await first.execute("print('still')", timeout=30)
+        assert out.text() == "still\n"
+        await first.restart()
+        assert not first.forked
+    said = [r.getMessage() for r in caplog.records if r.name == forkserver.__name__]
+    assert len(said) == 1
+    assert "without the fork server" in said[0]

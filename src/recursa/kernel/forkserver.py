@@ -132,6 +132,8 @@ class ForkServer:
         self._starting: asyncio.Task[None] | None = None
         self.broken: str | None = None
         """Why this server is not used (None while it is usable)."""
+        self.told = False
+        """The log has said that this server is not used (once is enough)."""
 
     def kernel_dir(self, name: str) -> Path | None:
         """Where the kernel ``name`` keeps its sockets, under this zygote's
@@ -413,7 +415,6 @@ class ForkServers:
         self._runtime_dir = Path(os.path.abspath(runtime_dir))
         self._env = dict(env)
         self._servers: dict[tuple[object, ...], ForkServer] = {}
-        self._told = False
         self._closed = False
 
     def server_for(
@@ -447,16 +448,23 @@ class ForkServers:
                 self._closed = True
                 return None
             self._servers[key] = server
-        return None if server.broken is not None else server
+        if server.broken is not None:
+            # It broke by itself (its zygote died) since it was last used.
+            self._tell(server, server.broken)
+            return None
+        return server
 
     def failed(self, server: ForkServer, why: str) -> None:
         """A fork failed: launch kernels the usual way from now on (for this
         configuration), and say so once."""
         if server.broken is None:
             server.broken = why
-        if not self._told:
+        self._tell(server, why)
+
+    def _tell(self, server: ForkServer, why: str) -> None:
+        if not server.told:
+            server.told = True
             log.warning("kernels are launched without the fork server: %s", why)
-            self._told = True
 
     async def aclose(self) -> None:
         """Close every server; kernels launched from now on (restarts of
