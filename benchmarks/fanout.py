@@ -2,11 +2,15 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/fanout.py [--calls 200] [--sizes 50,100,200]
+    .venv/bin/python benchmarks/fanout.py [--calls 200] [--sizes 50,100,200] [--fork-server on,off]
 
 Everything runs in this process against the faux provider, with real kernels
 and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
 
+- kernel start: ``--starts`` kernels started one after another, forked from
+  a zygote and exec'd, in the sandbox a runtime uses; the first forked start
+  includes starting the zygote. PSS per kernel is over all of this process's
+  descendants (the zygote included) once they are idle.
 - admission: one parent cell calls ``await rlm(...)`` ``--calls`` times in a
   loop, timing each call in the kernel (after one warm-up call); the children
   answer at once and run no cells. This is the whole ``rlm()`` with the real
@@ -20,11 +24,14 @@ and the kernel API served in-process (:func:`recursa.testing.make_runtime`).
   N answers (they arrive as messages), then answers. Wall time runs from the
   parent's task being sent until the whole tree is quiet. Peak memory is the
   largest sum of RSS over this process and all its descendants, sampled every
-  ``--sample`` seconds in a thread; kernels at peak is the largest number of
+  ``--sample`` seconds in a thread, and the largest sum of their PSS (pages
+  shared by n processes count 1/n to each: what the tree really holds),
+  sampled every ``--pss-sample`` seconds; kernels at peak is the largest number of
   live kernel processes seen, beside the kernel cap's own peak (``[sessions]
   max_kernels`` caps it). Kernel starts and unloads are read from the
   sessions' logs; CPU time is split between this process and its (reaped)
-  children, the kernels.
+  children, the kernels. Kernel start cost is the time of each kernel launch
+  (process start until it answers and is bootstrapped), as the daemon waits for it.
 
 Figures depend on machine load: run it on an idle machine. Each scenario
 ends by checking that no kernel process outlives its runtime.
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -46,7 +54,11 @@ from pathlib import Path
 
 import psutil
 
-from recursa.config import MAX_CHILDREN, AgentsConfig
+from recursa.config import CONFIG_FILE_NAME, MAX_CHILDREN, AgentsConfig
+from recursa.kernel import Kernel
+from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.sandbox import DEFAULT_SANDBOX, SandboxPolicy
 from recursa.models.faux import FauxReply, code, per_session, register_script, reply
 from recursa.models.types import Request
 from recursa.protocol.events import CellFinished, KernelStatus
@@ -83,9 +95,11 @@ class Sampler:
     """Samples, in a thread, the RSS of this process and its descendants and
     how many of them are live kernels; keeps the peaks."""
 
-    def __init__(self, every: float) -> None:
+    def __init__(self, every: float, pss_every: float) -> None:
         self.every = every
-        self.tree_rss = self.own_rss = self.kernels = 0
+        self.pss_every = pss_every
+        self.tree_rss = self.own_rss = self.kernels = self.tree_pss = 0
+        self._next_pss = 0.0
         self._me = psutil.Process()
         self._is_kernel: dict[int, bool] = {}
         self._stop = threading.Event()
@@ -117,6 +131,19 @@ class Sampler:
         self.tree_rss = max(self.tree_rss, total)
         self.own_rss = max(self.own_rss, own)
         self.kernels = max(self.kernels, kernels)
+        now = time.monotonic()
+        if now >= self._next_pss:
+            self.tree_pss = max(self.tree_pss, self._pss())
+            self._next_pss = time.monotonic() + self.pss_every
+
+    def _pss(self) -> int:
+        total = 0
+        for proc in (self._me, *self._me.children(recursive=True)):
+            try:
+                total += proc.memory_full_info().pss
+            except psutil.Error:
+                continue
+        return total
 
     def _kernel(self, proc: psutil.Process) -> bool:
         # A command line does not change: read it once per process.
@@ -290,13 +317,42 @@ def parent_model(n: int) -> Callable[[Request], FauxReply]:
     return respond
 
 
-async def fanout(n: int, every: float, timeout: float) -> None:
+@contextmanager
+def timed_launches(samples: list[float]) -> Iterator[None]:
+    """Records how long each kernel launch takes (start until ready and bootstrapped)."""
+    launch = KernelProcess.launch
+
+    async def timed(self: KernelProcess, cwd: Path) -> None:
+        began = time.perf_counter()
+        await launch(self, cwd)
+        samples.append(time.perf_counter() - began)
+
+    KernelProcess.launch = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        KernelProcess.launch = launch  # type: ignore[method-assign]
+
+
+def write_config(home: Path, fork_server: bool) -> None:
+    """The runtime's ``config.toml``: kernels forked from a zygote, or not."""
+    home.mkdir(parents=True, exist_ok=True)
+    flag = "true" if fork_server else "false"
+    (home / CONFIG_FILE_NAME).write_text(f"[kernel]\nfork_server = {flag}\n")
+
+
+async def fanout(
+    n: int, every: float, pss_every: float, timeout: float, fork_server: bool = True
+) -> None:
     steps = [code(cell) for cell in CHILD_CELLS]
     register_script("worker", [], fallback=per_session(*steps, reply(CHILD_ANSWER)))
     register_script("fanner", [], fallback=parent_model(n))
     cpu_before = cpu_seconds()
-    with scratch_home() as home, Sampler(every) as sampler:
+    starts_timed: list[float] = []
+    with scratch_home() as home, Sampler(every, pss_every) as sampler, timed_launches(starts_timed):
+        write_config(home / "h", fork_server)
         async with make_runtime(home / "h", agents=AGENTS) as runtime:
+            assert runtime.config.kernel.fork_server == fork_server
             root = await runtime.create_session(model="faux/fanner", cwd=home)
             began = time.monotonic()
             root.send("fan out")
@@ -312,27 +368,82 @@ async def fanout(n: int, every: float, timeout: float) -> None:
                 starts += sum(s in ("ready", "restored") for s in kernel)
                 unloads += kernel.count("stopped")
             cap_peak = runtime.kernel_cap.peak
+            pressure = runtime.kernel_cap.pressure_unloads
             answer = root.last_answer
             closing = time.monotonic()
         teardown = time.monotonic() - closing
     cpu_after = cpu_seconds()
     own_cpu, kernel_cpu = cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]
     state = "" if quiet else f"   NOT QUIET after {timeout:.0f} s"
+    how = "forked kernels" if fork_server else "exec'd kernels"
     print(
-        f"{n:4d} children: wall {wall:6.1f} s   completed {done}/{n}   "
+        f"{n:4d} children ({how}): wall {wall:6.1f} s   completed {done}/{n}   "
         f"cells ok {cells}/{len(CHILD_CELLS) * n}{state}"
     )
     print(
-        f"      peak {sampler.tree_rss / MIB:6.0f} MiB tree, {sampler.own_rss / MIB:.0f} MiB this "
+        f"      peak {sampler.tree_rss / MIB:6.0f} MiB RSS tree, {sampler.tree_pss / MIB:6.0f} MiB "
+        f"PSS tree, {sampler.own_rss / MIB:.0f} MiB this "
         f"process   kernels at peak {sampler.kernels} (cap {cap_peak})   "
-        f"children's kernel starts {starts}, unloads {unloads}"
+        f"children's kernel starts {starts}, unloads {unloads} ({pressure} for memory)"
     )
     print(
         f"      cpu {own_cpu:5.1f} s this process, {kernel_cpu:5.1f} s kernels   "
         f"teardown {teardown:.1f} s"
     )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"      kernel start: {spread(starts_timed)}   ({len(starts_timed)} launches)")
+    print(f"      load average at the end: {load}")
     if answer != f"all {n} answered":
         print(f"      the parent's last answer: {answer!r}")
+    check_no_kernels_left()
+
+
+async def starts(count: int) -> None:
+    """``count`` kernels started one after another (nothing else running), in
+    the sandbox a runtime uses, forked and exec'd: the start cost alone, and
+    the PSS of the kernels once all are idle."""
+    for fork_server in (True, False):
+        with scratch_home() as home:
+            runtime_dir = home / "h" / "kernels"
+            workspace = home / "w"
+            workspace.mkdir()
+            forks = (
+                ForkServers(runtime_dir, {"PATH": os.environ.get("PATH", "")})
+                if fork_server
+                else None
+            )
+            sandbox = SandboxPolicy(kind=DEFAULT_SANDBOX, hidden=(home / "h",))
+            kernels: list[Kernel] = []
+            took: list[float] = []
+            try:
+                for _ in range(count + 1):
+                    kernel = Kernel(
+                        workspace,
+                        {"PATH": os.environ.get("PATH", "")},
+                        runtime_dir=runtime_dir,
+                        sandbox=sandbox,
+                        forks=forks,
+                    )
+                    began = time.perf_counter()
+                    await kernel.start()
+                    took.append(time.perf_counter() - began)
+                    kernels.append(kernel)
+                pss = 0
+                for proc in psutil.Process().children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        pss += proc.memory_full_info().pss
+            finally:
+                for kernel in kernels:
+                    await kernel.shutdown()
+                if forks is not None:
+                    await forks.aclose()
+            how = "forked" if fork_server else "exec'd"
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(
+                f"kernel start, {how:7s} ({DEFAULT_SANDBOX}): first {took[0] * 1e3:6.0f} ms, "
+                f"then {spread(took[1:])}   PSS {pss / MIB / len(kernels):5.1f} MiB a kernel "
+                f"({len(kernels)} idle)   load {load}"
+            )
     check_no_kernels_left()
 
 
@@ -340,10 +451,13 @@ async def main(args: argparse.Namespace) -> None:
     usable = len(os.sched_getaffinity(0))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"cpus: {os.cpu_count()} ({usable} usable)   load average at start: {load}")
+    if args.starts:
+        await starts(args.starts)
     if args.calls:
         await admission(args.calls, args.timeout)
     for n in args.sizes:
-        await fanout(n, args.sample, args.timeout)
+        for fork_server in args.fork_server:
+            await fanout(n, args.sample, args.pss_sample, args.timeout, fork_server)
 
 
 if __name__ == "__main__":
@@ -356,5 +470,15 @@ if __name__ == "__main__":
         help="children per fan-out, comma-separated",
     )
     parser.add_argument("--sample", type=float, default=0.05, help="seconds between samples")
+    parser.add_argument("--pss-sample", type=float, default=0.5, help="seconds between PSS samples")
+    parser.add_argument(
+        "--fork-server",
+        type=lambda s: [{"on": True, "off": False}[x] for x in s.split(",") if x],
+        default=[True],
+        help="on, off or both (on,off): kernels forked from a zygote ([kernel] fork_server)",
+    )
+    parser.add_argument(
+        "--starts", type=int, default=10, help="kernels started one by one, each way (0: skip)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario")
     asyncio.run(main(parser.parse_args()))

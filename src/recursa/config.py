@@ -42,6 +42,8 @@ The file, field by field::
                                         # kernel's own dozen included); 0 = no limit
     sandbox = "bwrap"                   # "bwrap" (Linux default: bubblewrap) or "none"
     network = true                      # false: a sandboxed kernel has no network
+    fork_server = true                  # fork kernels from a pre-imported parent (one per
+                                        # workspace); false: every kernel is a fresh process
     python = "managed"                  # the kernels' Python: "managed" (a venv recursa owns,
                                         # $RECURSA_HOME/kernel-env), "project" (recursa's own
                                         # interpreter) or an absolute path to one;
@@ -127,6 +129,7 @@ DEFAULT_KERNEL_INTERRUPT_GRACE = 3.0
 DEFAULT_KERNEL_MAX_OUTPUT_CHARS = 20_000_000
 DEFAULT_KERNEL_SANDBOX: SandboxKind = "bwrap" if sys.platform.startswith("linux") else "none"
 DEFAULT_KERNEL_PYTHON = "managed"
+DEFAULT_KERNEL_FORK_SERVER = True
 KERNEL_PYTHON_NAMES = ("managed", "project")
 """The named ``[kernel] python`` choices; any other value is an absolute path."""
 MIN_KERNEL_MAX_OUTPUT_CHARS = 10_000
@@ -239,6 +242,9 @@ class KernelConfig:
     python: str = DEFAULT_KERNEL_PYTHON
     """The kernels' interpreter: "managed", "project" or an absolute path
     (``RECURSA_KERNEL_PYTHON`` overrides the file)."""
+    fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
+    """Kernels are forked from a pre-imported parent (:mod:`recursa.kernel.forkserver`)
+    where that works; False: every kernel is launched as a new process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,6 +477,7 @@ class KernelTable(_Table):
     sandbox: SandboxKind = DEFAULT_KERNEL_SANDBOX
     network: bool = True
     python: str = DEFAULT_KERNEL_PYTHON
+    fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
 
 
 class SessionsTable(_Table):
@@ -591,6 +598,7 @@ def load_config(
             network=kernel.network,
             python=_kernel_python(environ.get("RECURSA_KERNEL_PYTHON") or kernel.python, path),
             hide=tuple(_hidden_dir(value, path) for value in kernel.hide),
+            fork_server=kernel.fork_server,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,

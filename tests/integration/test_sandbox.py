@@ -23,6 +23,7 @@ from daemon_kit import recursa
 from recursa.config import Limits
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, KernelPool, exchange
+from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.sandbox import (
     OPT_OUT,
     PACKAGE,
@@ -53,13 +54,26 @@ def kernel_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
-@pytest.fixture
-async def sandboxed(home: Path, tmp_path: Path) -> AsyncIterator[Kernel]:
+@pytest.fixture(params=["exec", "fork"])
+async def sandboxed(
+    home: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Kernel]:
+    """A sandboxed kernel, launched as a process of its own or forked from a
+    zygote (:mod:`recursa.kernel.forkserver`): both must hide the same."""
     workspace = tmp_path / "work"
     workspace.mkdir()
-    kernel = Kernel(workspace, kernel_env(), runtime_dir=home / "kernels", sandbox=policy(home))
-    async with kernel:
-        yield kernel
+    runtime_dir = home / "kernels"
+    forks = ForkServers(runtime_dir, kernel_env()) if request.param == "fork" else None
+    kernel = Kernel(
+        workspace, kernel_env(), runtime_dir=runtime_dir, sandbox=policy(home), forks=forks
+    )
+    try:
+        async with kernel:
+            assert kernel.forked == (forks is not None)
+            yield kernel
+    finally:
+        if forks is not None:
+            await forks.aclose()
 
 
 def own_dir(kernel: Kernel) -> Path:
@@ -225,7 +239,10 @@ async def test_killing_the_recorded_pid_alone_ends_the_whole_sandbox(sandboxed: 
     wait_for(lambda: marked(marker), SPAWN_WAIT, "the sleep to start")
     launched = psutil.Process(sandboxed.pid)
     family = [launched, *launched.children(recursive=True)]
-    assert len(family) >= 3  # bwrap, the kernel, the sleep
+    # bwrap, the kernel, the sleep; a forked kernel is the recorded pid itself,
+    # and the sleep it detached stays below it (it is a subreaper).
+    assert len(family) >= (2 if sandboxed.forked else 3)
+    assert any(marked(marker)[0].pid == p.pid for p in family)
     launched.kill()
     _gone, alive = psutil.wait_procs(family, timeout=2.0)
     assert alive == []
@@ -510,6 +527,10 @@ async def test_a_runtimes_kernels_are_sandboxed_by_default(home: Path, tmp_path:
         # Pid 1 is the sandbox's init: the kernel is the next process of its namespace.
         assert int(finished.output) < 10
         [row] = runtime.store.kernels.all()
-        launched = psutil.Process(row.pid).cmdline()
+        # Forked (the default): from a zygote that runs in the sandbox; the
+        # kernel is a child of the zygote, itself below bwrap.
+        kernel = psutil.Process(row.pid)
+        lines = [kernel.cmdline(), *(p.cmdline() for p in kernel.parents())]
+        assert str(row.connection_file) in lines[0]
+        launched = next(line for line in lines if any(p.endswith("bwrap") for p in line))
         assert "--unshare-pid" in launched
-        assert any(part.endswith("bwrap") for part in launched)

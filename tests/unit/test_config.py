@@ -101,6 +101,15 @@ def test_kernel_interrupt_grace_and_output_cap(tmp_path: Path) -> None:
     assert load_config({"RECURSA_HOME": str(tmp_path)}).kernel.interrupt_grace == 0.5
 
 
+def test_kernel_fork_server_is_on_by_default_and_can_be_turned_off(tmp_path: Path) -> None:
+    assert load_config({"RECURSA_HOME": str(tmp_path)}).kernel.fork_server is True
+    write(tmp_path, "[kernel]\nfork_server = false\n")
+    assert load_config({"RECURSA_HOME": str(tmp_path)}).kernel.fork_server is False
+    write(tmp_path, '[kernel]\nfork_server = "sometimes"\n')
+    with pytest.raises(ConfigError, match=r"kernel\.fork_server"):
+        load_config({"RECURSA_HOME": str(tmp_path)})
+
+
 def test_durations() -> None:
     assert parse_duration("90s", key="k") == 90
     assert parse_duration("1.5h", key="k") == 5400

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from recursa.runtime.kernel_cap import KernelCap
+from recursa.runtime.kernel_cap import KernelCap, available_memory
 from recursa.runtime.tree import Pulse
 
 
@@ -68,3 +68,62 @@ async def test_a_session_whose_kernel_is_starting_is_never_the_victim() -> None:
     cap = cap_over([starting, older, newer], limit=2, pulse=Pulse())
     assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
     assert (starting.unloads, older.unloads, newer.unloads) == ([], ["older"], [])
+
+
+def cap_with_memory(sessions: list[StandIn], limit: int, available: list[int | None]) -> KernelCap:
+    """A cap that reads the available memory from ``available`` (its last item)."""
+    cap = KernelCap(
+        cast(Any, Pool()),
+        limit,
+        lambda: cast(Any, sessions),
+        Pulse(),
+        available=lambda: available[-1],
+        reserve=100,
+    )
+    for session in sessions:
+        session.cap = cap
+        if session.kernel_ready:
+            cap.live += 1
+    return cap
+
+
+async def test_short_of_memory_the_longest_idle_session_is_unloaded_below_the_cap() -> None:
+    older = StandIn("older", idle_since=1.0)
+    newer = StandIn("newer", idle_since=2.0)
+    busy = StandIn("busy", running=True, status="running")
+    available: list[int | None] = [50]
+    cap = cap_with_memory([newer, busy, older], limit=10, available=available)
+    assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
+    # Still short after the first unload: the next idle one goes too; the busy one stays.
+    assert (older.unloads, newer.unloads, busy.unloads) == (["older"], ["newer"], [])
+    assert cap.pressure_unloads == 2
+    assert cap.live == 2
+
+
+async def test_enough_memory_unloads_nothing_below_the_cap() -> None:
+    idle = StandIn("idle")
+    available: list[int | None] = [500]
+    cap = cap_with_memory([idle], limit=10, available=available)
+    assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
+    assert idle.unloads == [] and cap.pressure_unloads == 0 and cap.live == 2
+
+
+async def test_short_of_memory_with_nothing_idle_the_kernel_starts_anyway() -> None:
+    busy = StandIn("busy", running=True, status="running")
+    available: list[int | None] = [0]
+    cap = cap_with_memory([busy], limit=10, available=available)
+    assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
+    assert busy.unloads == [] and cap.live == 2
+
+
+async def test_memory_that_cannot_be_read_unloads_nothing() -> None:
+    idle = StandIn("idle")
+    available: list[int | None] = [None]
+    cap = cap_with_memory([idle], limit=10, available=available)
+    assert await asyncio.wait_for(cap.acquire(Path("/w")), 5) == "kernel in /w"
+    assert idle.unloads == []
+
+
+def test_available_memory_is_a_positive_number_here() -> None:
+    found = available_memory()
+    assert found is not None and found > 0

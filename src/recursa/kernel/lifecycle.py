@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
+from recursa.kernel.forkserver import ForkServer, ForkServers
 from recursa.kernel.launch import BOOTSTRAP, IPC_NAME, kernel_dir, kernel_dir_of, make_manager
 from recursa.kernel.limits import release_limits
 from recursa.kernel.orphans import connection_name
@@ -94,8 +95,12 @@ class KernelProcess:
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         workspace: Path | None = None,
+        forks: ForkServers | None = None,
     ) -> None:
         self._env = {k: v for k, v in env.items() if k not in _PARENT_VARIABLES}
+        self._forks = forks
+        self.forked = False
+        """The current process was forked by a fork server (not exec'd)."""
         self._python = python
         self._startup_timeout = startup_timeout
         self.sandbox = sandbox
@@ -155,25 +160,49 @@ class KernelProcess:
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + self._startup_timeout
+        server = self._fork_server(cwd)
+        if server is not None and self._forks is not None:
+            try:
+                await self._launch(cwd, deadline, server)
+            except KernelError as exc:
+                self._forks.failed(server, str(exc))
+            else:
+                self.startup_time = loop.time() - began
+                return
+        await self._launch(cwd, deadline, None)
+        self.startup_time = loop.time() - began
+
+    def _fork_server(self, cwd: Path) -> ForkServer | None:
+        """The fork server to start this kernel from, if any: one for its
+        configuration that works, and a kernel directory that fits under it."""
+        if self._forks is None:
+            return None
+        workspace = self.workspace or Path(os.path.abspath(cwd))
+        server = self._forks.server_for(
+            python=self._python,
+            sandbox=self.sandbox,
+            workspace=workspace,
+            api_socket=self.api_socket,
+        )
+        if server is None:
+            return None
+        if self.kernel_dir is None:
+            self.kernel_dir = server.kernel_dir(self._name)
+            return server if self.kernel_dir is not None else None
+        # A restart: forked only into the directory it was given at first.
+        return server if self.kernel_dir.parent == server.directory else None
+
+    async def _launch(self, cwd: Path, deadline: float, server: ForkServer | None) -> None:
+        loop = asyncio.get_running_loop()
         try:
             self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             if self._manager is None or self._rebuild:
                 self._manager = self._new_manager(cwd)
                 self._rebuild = False
-            # The process's own stdout/stderr (its output before ipykernel
-            # captures them, and crash messages) go to a log quoted on failure.
-            with self._log_file.open("wb") as log_out:
-                await self._manager.start_kernel(
-                    env=sandbox_env(self.sandbox, self._env),
-                    cwd=str(cwd),
-                    stdout=log_out,
-                    stderr=subprocess.STDOUT,
-                    independent=True,
-                )
-            process = _manager_process(self._manager)
-            if process is None:
-                raise KernelError("jupyter_client started no local process")
-            self._watch = ProcessWatch.child(process)
+            if server is not None:
+                self._watch = await self._fork(server, cwd, deadline)
+            else:
+                self._watch = await self._spawn(cwd)
             self._watch.watch(loop, self._on_exit)
             self.channels = Channels(self._manager.get_connection_info(), loop)
             await self._wait_ready(deadline)
@@ -185,7 +214,43 @@ class KernelProcess:
                 raise  # ours already, or a cancellation
             detail = f"{exc}{self._log_tail()}"
             raise KernelError(f"could not start a kernel with {self._python}: {detail}") from exc
-        self.startup_time = loop.time() - began
+
+    async def _spawn(self, cwd: Path) -> ProcessWatch:
+        """Launch the process by exec (jupyter_client's way)."""
+        assert self._manager is not None
+        self.forked = False
+        # The process's own stdout/stderr (its output before ipykernel
+        # captures them, and crash messages) go to a log quoted on failure.
+        with self._log_file.open("wb") as log_out:
+            await self._manager.start_kernel(
+                env=sandbox_env(self.sandbox, self._env),
+                cwd=str(cwd),
+                stdout=log_out,
+                stderr=subprocess.STDOUT,
+                independent=True,
+            )
+        process = _manager_process(self._manager)
+        if process is None:
+            raise KernelError("jupyter_client started no local process")
+        return ProcessWatch.child(process)
+
+    async def _fork(self, server: ForkServer, cwd: Path, deadline: float) -> ProcessWatch:
+        """Fork the process from ``server``; the watch checks, as for an
+        adopted kernel, that the pid is the kernel of this connection file."""
+        assert self._manager is not None
+        self._manager.write_connection_file()
+        info = _read_connection(self.connection_file)
+        pid = await server.fork(
+            connection=info,
+            connection_file=self.connection_file,
+            cwd=cwd,
+            env=self._env,
+            log_file=self._log_file,
+            deadline=deadline,
+        )
+        watch = ProcessWatch.adopt(pid, self.connection_file, lambda: server.exit_status(pid))
+        self.forked = True
+        return watch
 
     def _new_manager(self, cwd: Path) -> AsyncKernelManager:
         """A manager that launches this kernel's processes behind the limits

@@ -37,7 +37,7 @@ from pathlib import Path
 from uuid import uuid4
 
 from recursa.errors import KernelError
-from recursa.kernel.launch import kernel_dir_of
+from recursa.kernel.launch import kernel_dir, kernel_dir_of
 from recursa.kernel.limits import release_limits
 from recursa.kernel.pids import command_lines, is_alive
 from recursa.kernel.watch import ProcessWatch
@@ -127,11 +127,28 @@ def find_orphans(runtime_dir: Path, *, keep: Collection[Path]) -> tuple[dict[int
 
 
 def _remove_litter(runtime_dir: Path, kept: set[Path]) -> None:
-    """Remove the files of kernels that are gone, launched by processes that are gone."""
+    """Remove the files of kernels that are gone, launched by processes that
+    are gone; and those of fork servers (:mod:`recursa.kernel.forkserver`)
+    whose launcher is gone: their marker and log, and their directory once
+    no kernel's directory is left in it (a zygote lives while its kernels do)."""
     with contextlib.suppress(OSError):
         for connection_file in _absolute(runtime_dir).glob("kernel-*.json"):
             if connection_file not in kept and _launcher_gone(connection_file):
                 _remove_files(connection_file)
+    with contextlib.suppress(OSError):
+        for marker in _absolute(runtime_dir).glob("zygote-*.zygote"):
+            if not _launcher_gone(marker.with_name("kernel" + marker.stem.removeprefix("zygote"))):
+                continue
+            try:
+                directory = kernel_dir(marker.parent, marker.stem)
+            except KernelError:
+                continue
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # not while a kernel's directory is in it
+            if not directory.exists():
+                for path in (marker, marker.with_suffix(".log")):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
 
 
 def _absolute(path: Path) -> Path:

@@ -33,6 +33,7 @@ from typing import Self
 from recursa.errors import KernelError
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
 from recursa.kernel.commands import absolute
+from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
@@ -54,6 +55,8 @@ class KernelPool:
     next :meth:`acquire`, so a broken interpreter cannot make the pool spin.
     Every kernel runs in ``sandbox``, reaching the kernel API at ``api_socket``
     (:meth:`set_api_socket` changes it for the kernels launched after).
+    With ``fork_server`` kernels are forked from pre-imported zygotes, one per
+    workspace and binding (:mod:`recursa.kernel.forkserver`), where that works.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class KernelPool:
         tasks: Supervisor | None = None,
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
+        fork_server: bool = False,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
@@ -90,6 +94,7 @@ class KernelPool:
         """Spares discarded and not yet known to be stopped: a discard cancelled
         by :meth:`aclose` (even before it began) must not leave one running."""
         self._closed = False
+        self._forks = ForkServers(self._runtime_dir, self._env) if fork_server else None
         self._sandbox = sandbox
         self._api_socket = api_socket
         self._spare_workspace: Path | None = None if sandbox.enabled else self._runtime_dir
@@ -188,6 +193,7 @@ class KernelPool:
             max_output_chars=self._max_output_chars,
             sandbox=self._sandbox,
             api_socket=self._api_socket,
+            forks=self._forks,
         )
 
     async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
@@ -235,6 +241,10 @@ class KernelPool:
         spares, self._spares = self._spares + list(self._leaving), []
         self._leaving.clear()
         await asyncio.gather(*(k.shutdown() for k in spares), return_exceptions=True)
+        if self._forks is not None:
+            # Kernels handed out live on; their zygotes stay until they end,
+            # and their restarts are launched the usual way.
+            await self._forks.aclose()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -258,6 +268,7 @@ class KernelPool:
             max_output_chars=self._max_output_chars,
             sandbox=self._sandbox,
             api_socket=self._api_socket,
+            forks=self._forks,
         )
 
     def _fits(self, kernel: Kernel) -> bool:

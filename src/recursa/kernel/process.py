@@ -48,6 +48,7 @@ from recursa.kernel import notes
 from recursa.kernel.cell import Run, StopReason, run_cell
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCollector
 from recursa.kernel.commands import HarnessCommands, absolute
+from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.kernel.types import CellOutput
@@ -86,7 +87,9 @@ class Kernel(HarnessCommands):
     in memory; ``interrupt_grace`` is how long an interrupted cell has to stop.
     ``sandbox`` confines every process (:mod:`recursa.kernel.sandbox`): it
     may write only in ``cwd`` as first given (its workspace, for good) and
-    reaches the kernel API only at ``api_socket``.
+    reaches the kernel API only at ``api_socket``. With ``forks`` its
+    processes are forked from a pre-imported zygote where one works
+    (:mod:`recursa.kernel.forkserver`), else launched the usual way.
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
@@ -108,6 +111,7 @@ class Kernel(HarnessCommands):
         connection_file: Path | None = None,
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
+        forks: ForkServers | None = None,
     ) -> None:
         self._cwd = absolute(cwd)
         self.interrupt_grace = interrupt_grace
@@ -122,6 +126,7 @@ class Kernel(HarnessCommands):
             sandbox=sandbox,
             api_socket=api_socket,
             workspace=self._cwd,
+            forks=forks,
         )
         self._lock = asyncio.Lock()
         self._running = False
@@ -165,6 +170,11 @@ class Kernel(HarnessCommands):
         return self._proc.api_socket
 
     @property
+    def forked(self) -> bool:
+        """The current process was forked from a fork server (not exec'd)."""
+        return self._proc.forked
+
+    @property
     def startup_time(self) -> float | None:
         """Seconds the last start or restart took, from launch to ready."""
         return self._proc.startup_time
@@ -203,6 +213,7 @@ class Kernel(HarnessCommands):
         answer_within: float = ATTACH_TIMEOUT,
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
+        forks: ForkServers | None = None,
     ) -> Kernel:
         """Take over the live kernel ``pid`` that an earlier process started
         with ``connection_file``; its namespace is untouched.
@@ -231,6 +242,7 @@ class Kernel(HarnessCommands):
             connection_file=Path(connection_file),
             sandbox=sandbox,
             api_socket=api_socket,
+            forks=forks,
         )
         async with kernel._lock:
             await kernel._take_over(pid, answer_within)

@@ -51,9 +51,18 @@ class ProcessWatch:
     it is set; the pidfd (if any) is closed by :meth:`close`.
     """
 
-    def __init__(self, pid: int, *, child: subprocess.Popen[bytes] | None, pidfd: int | None):
+    def __init__(
+        self,
+        pid: int,
+        *,
+        child: subprocess.Popen[bytes] | None,
+        pidfd: int | None,
+        status: Callable[[], int | None] | None = None,
+    ):
         self.pid = pid
         self._child = child
+        self._status = status
+        """Where the wait status of a process another one reaps is told (a fork server)."""
         self._pidfd = pidfd
         self._leader = _leads_group(pid)
         self.exited = asyncio.Event()
@@ -67,13 +76,17 @@ class ProcessWatch:
         return cls(process.pid, child=process, pidfd=pidfd_open(process.pid))
 
     @classmethod
-    def adopt(cls, pid: int, connection_file: Path) -> ProcessWatch:
+    def adopt(
+        cls, pid: int, connection_file: Path, status: Callable[[], int | None] | None = None
+    ) -> ProcessWatch:
         """The live kernel process ``pid`` whose command line names
-        ``connection_file``; :class:`KernelError` (one line) if there is none."""
+        ``connection_file``; :class:`KernelError` (one line) if there is none.
+        ``status`` tells its wait status once it has ended, where another
+        process is its parent and knows it (a fork server)."""
         if pid <= 0:
             raise KernelError(f"{pid} is not a process id")
         pidfd = pidfd_open(pid)
-        watch = cls(pid, child=None, pidfd=pidfd)
+        watch = cls(pid, child=None, pidfd=pidfd, status=status)
         try:
             if not watch.is_alive():
                 raise KernelError(f"kernel process {pid} is not running")
@@ -169,6 +182,9 @@ class ProcessWatch:
     def exit_description(self) -> str:
         """How the process ended, for a note: ``killed by SIGKILL``, ``exit code 1``."""
         code = self._child.poll() if self._child is not None else None
+        if code is None and self._status is not None:
+            status = self._status()
+            code = None if status is None else os.waitstatus_to_exitcode(status)
         if code is None:
             return "exit status unknown"
         if code < 0:

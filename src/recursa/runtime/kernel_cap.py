@@ -5,6 +5,13 @@ the session that has been idle longest is unloaded (its namespace snapshotted,
 its kernel stopped; its next input restores it) to make room; when no session
 is idle, the request waits until a kernel is released. Sessions release their
 slot when their kernel stops (unload, close, delete).
+
+Memory is the other limit. Before a kernel starts, the memory available to
+this process (the machine's, or its cgroup's when that is tighter) is read;
+below :data:`MEMORY_RESERVE`, idle sessions are unloaded first, the longest
+idle first, as at the cap. With nothing idle to unload, the kernel starts
+anyway (the cap still holds): the reserve is a reason to unload early,
+never a reason to wait.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
 from recursa.kernel import Kernel, KernelPool
 
 if TYPE_CHECKING:
@@ -22,6 +31,56 @@ if TYPE_CHECKING:
     from recursa.session import Session
 
 log = logging.getLogger("recursa.runtime")
+
+MEMORY_RESERVE = 512 << 20
+"""Bytes of memory that must be available when a kernel starts; below it an
+idle session is unloaded first."""
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still use: the machine's available memory, or
+    what its memory cgroup leaves below its limit when that is less; None
+    when it cannot be read."""
+    try:
+        available: int | None = int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
+        available = None
+    left = _cgroup_left()
+    if left is not None:
+        available = left if available is None else min(available, left)
+    return available
+
+
+def _cgroup_left() -> int | None:
+    """What this process's memory cgroup leaves below its limit (v2
+    ``memory.max``, v1 ``memory.limit_in_bytes``); None without a limit."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        relative = path.lstrip("/")
+        if controllers == "":
+            places = [_CGROUP_ROOT / relative, _CGROUP_ROOT]
+            files = ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            places = [_CGROUP_ROOT / "memory" / relative, _CGROUP_ROOT / "memory"]
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for place in places:
+            try:
+                limit = (place / files[0]).read_text(encoding="utf-8").strip()
+                used = int((place / files[1]).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if limit == "max" or int(limit) >= 1 << 60:
+                return None
+            return max(0, int(limit) - used)
+    return None
 
 
 class KernelCap:
@@ -33,11 +92,18 @@ class KernelCap:
         limit: int,
         sessions: Callable[[], Sequence[Session]],
         pulse: Pulse | None = None,
+        *,
+        available: Callable[[], int | None] = available_memory,
+        reserve: int = MEMORY_RESERVE,
     ) -> None:
         self.pool = pool
         self.limit = limit
         self.live = 0
         self.peak = 0
+        self.pressure_unloads = 0
+        """Sessions unloaded because memory was short (not for the cap)."""
+        self._available = available
+        self._reserve = reserve
         self._sessions = sessions
         self._pulse = pulse
         self._freed = asyncio.Event()
@@ -70,19 +136,37 @@ class KernelCap:
         self.peak = max(self.peak, self.live)
 
     async def _room(self) -> None:
-        while self.live >= self.limit:
+        while True:
+            full = self.live >= self.limit
+            if not full and not self._short_of_memory():
+                break
             signal = None if self._pulse is None else self._pulse.current()
             freed = self._freed
             victim = self._longest_idle()
             if victim is not None:
-                log.info("kernel cap %d reached: unloading idle session %s", self.limit, victim.id)
+                if full:
+                    log.info(
+                        "kernel cap %d reached: unloading idle session %s", self.limit, victim.id
+                    )
+                else:
+                    log.info("memory is short: unloading idle session %s", victim.id)
                 try:
                     await victim.unload()
+                    self.pressure_unloads += not full
                     continue
                 except Exception:
                     log.exception("session %s: unloading to make room failed", victim.id)
+            if not full:
+                break  # short of memory, but nothing to unload: start it anyway
             await self._changed(freed, signal)
         self._take()
+
+    def _short_of_memory(self) -> bool:
+        """Less than the reserve is available, and a kernel of ours holds some."""
+        if self.live == 0:
+            return False
+        available = self._available()
+        return available is not None and available < self._reserve
 
     async def _changed(self, freed: asyncio.Event, signal: asyncio.Event | None) -> None:
         """Until a kernel is released or (with a pulse) any session's activity

@@ -156,6 +156,7 @@ class Runtime:
                 writable=(env.path,) if env else (),
                 limits=KernelLimits.from_config(config.kernel),
             ),
+            fork_server=config.kernel.fork_server,
         )
         if warm_kernels:
             await kernels.start()
