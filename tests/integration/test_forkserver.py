@@ -121,6 +121,9 @@ async def test_a_forked_kernel_runs_is_interrupted_restarted_and_killed(
         assert out.text() == f"second {tmp_path}\n"
         out = await first.execute("print('x' in globals())", timeout=30)
         assert out.text() == "False\n"
+        # Like an exec'd kernel (recursa.api.launcher), it runs without debugpy.
+        out = await first.execute("import sys; print(sys.modules.get('debugpy', 0))", timeout=30)
+        assert out.text() == "None\n"
         # Its command line names its connection file, as an exec'd kernel's does.
         assert str(first.connection_file) in psutil.Process(first.pid).cmdline()
 
@@ -377,7 +380,7 @@ async def test_a_forked_start_cancelled_at_any_step_leaves_no_kernel(
     left = []
     for proc in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "ipykernel_launcher" in proc.cmdline():
+            if "recursa.api.launcher" in proc.cmdline():
                 left.append(proc)
     _gone, alive = psutil.wait_procs(left, timeout=10)
     assert alive == []

@@ -230,7 +230,7 @@ class ForkServer:
             raise KernelError(self.broken or "the fork server is closed")
         self._next += 1
         ident = self._next
-        cmdline = "\0".join([self.python, "-m", "ipykernel_launcher", "-f", str(connection_file)])
+        cmdline = "\0".join([self.python, "-m", "recursa.api.launcher", "-f", str(connection_file)])
         if len(cmdline.encode()) >= PADDING_CHARS:
             raise KernelError("the kernel's command line is too long to fork it")
         request = {

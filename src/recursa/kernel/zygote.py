@@ -77,9 +77,9 @@ PRELOAD = (
     "asyncio",
     "recursa.api.extension",
     # What ipykernel and IPython import while a kernel starts (its debugger
-    # support, pdb, pydoc, ...): measured on a forked kernel's sys.modules.
+    # support, without debugpy: see main(); pdb, pydoc, ...): measured on a
+    # forked kernel's sys.modules.
     "ipykernel.debugger",
-    "debugpy",
     "pdb",
     "pydoc",
     "tornado.gen",
@@ -112,6 +112,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        # As recursa.api.launcher does for an exec'd kernel: no debugpy (the
+        # Jupyter debugger, never used; ~15 MB a kernel), so ipykernel runs
+        # without its debugger.
+        sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
         for name in PRELOAD:
             importlib.import_module(name)
         if threading.active_count() != 1:
@@ -239,7 +243,7 @@ def _become_kernel(
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = ["ipykernel_launcher", *request["argv"]]
+        sys.argv = ["recursa.api.launcher", *request["argv"]]
         app = kernel_app(request["connection"], request["argv"])
         _send(control, {"id": request["id"], "bound": True})
         control.close()
