@@ -29,9 +29,9 @@ from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 
 TRY_EVERY_DOOR = """
 import json, os, httpx2
+from recursa.api.client import configured
 home = {home!r}
-kernel_socket = os.environ["RECURSA_API_SOCKET"]
-kernel_token = os.environ["RECURSA_KERNEL_TOKEN"]
+kernel_socket, kernel_token = configured()  # the kernel's own, held in its process
 client_token = open(os.path.join(home, "daemon.token")).read().strip()
 people_socket = os.path.join(home, "daemon.sock")
 route = "/v1/harness/entries/{entry}/approve"
@@ -54,8 +54,8 @@ with open("tried.json", "w") as f:
 
 
 KEEP_ENV = (
-    "import os, json\n"
-    "json.dump({k: os.environ[k] for k in ('RECURSA_API_SOCKET', 'RECURSA_KERNEL_TOKEN')},"
+    "import json\nfrom recursa.api.client import configured\n"
+    "json.dump(dict(zip(('RECURSA_API_SOCKET', 'RECURSA_KERNEL_TOKEN'), configured())),"
     " open('kernel.json', 'w'))"
 )
 

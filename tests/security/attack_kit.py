@@ -60,10 +60,22 @@ def readable(path):
     except OSError:
         return False
 
+def own_api():
+    """This kernel's API socket and token (held in its process, not its
+    environment), or empty strings where it has none."""
+    from recursa.api.client import configured
+    from recursa.errors import RecursaError
+
+    try:
+        return configured()
+    except RecursaError:
+        return "", ""
+
 def credentials(home):
     """Every token this kernel can lay its hands on, by where it was found."""
-    found = {"kernel token": os.environ.get("RECURSA_KERNEL_TOKEN", "")}
-    api = Path(os.environ.get("RECURSA_API_SOCKET", "/nonexistent"))
+    socket, token = own_api()
+    found = {"kernel token": token}
+    api = Path(socket or "/nonexistent")
     for place in (api.parent, api.parent.parent, Path(home)):
         try:
             found[str(place / "daemon.token")] = (place / "daemon.token").read_text().strip()
@@ -73,7 +85,7 @@ def credentials(home):
 
 def sockets(home):
     """Every daemon socket this kernel can name."""
-    return sorted({os.environ.get("RECURSA_API_SOCKET", ""), str(Path(home) / "daemon.sock")} - {""})
+    return sorted({own_api()[0], str(Path(home) / "daemon.sock")} - {""})
 
 def own_connection_file():
     return os.path.realpath(sys.argv[sys.argv.index("-f") + 1]) if "-f" in sys.argv else ""

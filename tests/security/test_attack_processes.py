@@ -118,8 +118,8 @@ def test_processes_a_cell_detaches_die_when_its_kernel_restarts(
 
 
 TOKEN = """
-report["token"] = os.environ["RECURSA_KERNEL_TOKEN"]
-report["socket"] = os.environ["RECURSA_API_SOCKET"]
+from recursa.api.client import configured
+report["socket"], report["token"] = configured()
 save()
 print("kept")
 """
