@@ -50,24 +50,30 @@ class SocketProxy:
         assert task is not None
         self._tasks.add(task)
         self.connections += 1
-        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
+        except BaseException:
+            writer.close()
+            self._tasks.discard(task)
+            raise
         drop = asyncio.Event()
         upward = asyncio.create_task(self._upward(reader, up_writer, drop))
         downward = asyncio.create_task(self._downward(up_reader, writer, drop))
         try:
             await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            # Everything closed before anything is awaited: the proxy closing
+            # cancels this task, and a cancel landing in an await below must
+            # not leave a connection open.
             for pipe in (upward, downward):
                 pipe.cancel()
-            await asyncio.gather(upward, downward, return_exceptions=True)
-            # Both closed before either is waited on: a cancel (the proxy
-            # closing) during a wait must not leave the other one open.
             for w in (writer, up_writer):
                 w.close()
+            self._tasks.discard(task)
+            await asyncio.gather(upward, downward, return_exceptions=True)
             for w in (writer, up_writer):
                 with contextlib.suppress(OSError):
                     await w.wait_closed()
-            self._tasks.discard(task)
 
     async def _upward(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drop: asyncio.Event

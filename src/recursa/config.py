@@ -99,7 +99,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -691,6 +690,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text") from exc
+    import tomllib  # here: most CLI calls read no file
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -22,8 +22,12 @@ import importlib
 from dataclasses import dataclass
 from difflib import get_close_matches
 
-# Typer vendors click (``typer._click``); its groups take and raise its types.
-from typer import _click as click
+# Typer vendors click (``typer._click``, as 0.29 does); its groups take and
+# raise its types. An older Typer is built on click itself.
+try:
+    from typer import _click as click
+except ImportError:  # pragma: no cover
+    import click  # type: ignore[no-redef]
 from typer.core import TyperCommand, TyperGroup
 
 
