@@ -178,6 +178,7 @@ class Recursa:
         self.home = base / "recursa-home"
         self.work = base / "recursa-work"
         self.work.mkdir(parents=True)
+        self.runs = 0
         command = Path(sys.executable).with_name("recursa")
         self.command = [str(command)] if command.exists() else [sys.executable, "-m", "recursa"]
 
@@ -191,10 +192,12 @@ class Recursa:
         }
 
     def run(self, task: str, server: Server, peak: bool = False) -> tuple[float, Peak | None]:
-        """``recursa run TASK``: its wall time (and the peak memory of the
-        client, the daemon and its kernels while it ran)."""
+        """``recursa run TASK`` (the session named after the task and the
+        round): its wall time (and the peak memory of the client, the daemon
+        and its kernels while it ran)."""
+        self.runs += 1
         argv = [*self.command, "run", "--model", MODEL, "--max-steps", "0"]
-        argv += ["--name", task.replace(" ", "-"), task]
+        argv += ["--name", f"{task.replace(' ', '-')}-{self.runs}", task]
         started = time.monotonic()
         client = subprocess.Popen(
             argv, cwd=self.work, env=self.env(server), stdout=subprocess.PIPE, text=True
@@ -317,11 +320,12 @@ def measure(
         if daemon is not None:
             figures.daemon_cpu.append((_cpu(daemon) - before) / (args.steps + 1))
         if isinstance(arm, Recursa):
+            steps_session = f"many-steps-{arm.runs}"
             for label, argv in (
                 ("recursa --help", ["--help"]),
                 ("recursa agents", ["agents"]),
-                ("recursa usage", ["usage", "many-steps"]),
-                ("recursa logs", ["logs", "many-steps"]),
+                ("recursa usage", ["usage", steps_session]),
+                ("recursa logs", ["logs", steps_session]),
             ):
                 figures.cli.setdefault(label, []).extend(
                     arm.cli(argv, server) for _ in range(args.cli_runs)

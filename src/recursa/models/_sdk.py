@@ -127,7 +127,7 @@ class SDKProvider(Generic[C]):
     stall_detail = "no data within"
     """How a timeout while the body streams is described (before the timeout in seconds)."""
 
-    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+    async def _open(self, body: dict[str, object] | bytes) -> httpx2.Response:
         """Send ``body`` through the SDK client; the response, its body not yet read.
 
         Raises the SDK's own errors (status, connection, timeout)."""
@@ -138,7 +138,7 @@ class SDKProvider(Generic[C]):
         raise NotImplementedError
 
     async def _run(
-        self, body: dict[str, object], reader: StreamReader
+        self, body: dict[str, object] | bytes, reader: StreamReader
     ) -> AsyncIterator[StreamEvent]:
         """Send ``body`` and yield what ``reader`` makes of the streamed reply,
         ending with exactly one ``Done`` or ``Failed``.

@@ -122,7 +122,7 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
         """Run one Messages call; see :class:`~recursa.models.types.Provider`."""
         return self._run(build_body(request), EventReader(self.name, self._secrets))
 
-    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+    async def _open(self, body: dict[str, object] | bytes) -> httpx2.Response:
         # Sent as built, and the reply read raw by EventReader: see models/openai.py.
         return await self._client.post(
             "/v1/messages",

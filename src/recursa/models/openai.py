@@ -46,6 +46,7 @@ from openai.types.chat import (
 from recursa.config import Config, ProviderConfig
 from recursa.models import _errors
 from recursa.models._assembly import MessageAssembly
+from recursa.models._encode import MessageJSON, dumps, encode_body
 from recursa.models._sdk import (
     SDKErrors,
     SDKProvider,
@@ -58,6 +59,7 @@ from recursa.models.types import (
     AssistantMessage,
     Done,
     Failed,
+    Message,
     Request,
     StopReason,
     StreamEvent,
@@ -137,21 +139,35 @@ class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
             key_hint=" (or a base_url for a local server)",
         )
         self.dialect = dialect or (OFFICIAL_DIALECT if official else COMPATIBLE_DIALECT)
+        self._messages = MessageJSON(translate_message)
 
     stall_detail = "no response within"
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
         """Run one Chat Completions call; see :class:`~recursa.models.types.Provider`."""
-        body = build_body(request, self.dialect)
-        return self._run(body, ChunkReader(self.name, self._secrets, body["messages"]))
+        return self._run(
+            self.encode(request),
+            ChunkReader(self.name, self._secrets, lambda: translate_messages(request)),
+        )
 
-    async def _open(self, body: dict[str, object]) -> httpx2.Response:
+    def encode(self, request: Request) -> bytes:
+        """The request's body, as ``openapi_dumps(build_body(request))`` gives it,
+        with each message's JSON kept from the conversation's last call."""
+        pieces = self._messages.pieces(request.cache_key, request.messages)
+        if request.system:
+            pieces.insert(0, dumps({"role": "system", "content": request.system}))
+        return encode_body(build_body(request, self.dialect, messages=False), "messages", pieces)
+
+    async def _open(self, body: dict[str, object] | bytes) -> httpx2.Response:
         # Sent as built: the SDK neither walks it against its TypedDicts
         # (milliseconds a call, growing with the conversation) nor parses the
-        # reply into pydantic chunks; ChunkReader reads the raw events.
+        # reply into pydantic chunks; ChunkReader reads the raw events. Bytes
+        # (from encode) are the body as the SDK would have encoded it.
+        content, json_body = (body, None) if isinstance(body, bytes) else (None, body)
         return await self._client.post(
             "/chat/completions",
-            body=body,
+            body=json_body,
+            content=content,
             cast_to=httpx2.Response,
             options=_REQUEST_OPTIONS,
             stream=True,
@@ -195,7 +211,8 @@ class ChunkReader(StreamReader):
         self._assembly = MessageAssembly()
         self._finish: str | None = None
         self._usage: Usage | None = None
-        self._messages = messages  # for a usage estimate when the server reports none
+        # For a usage estimate when the server reports none (or what makes them).
+        self._messages = messages
 
     def read(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
         data = sse.data
@@ -244,7 +261,8 @@ class ChunkReader(StreamReader):
         stop = _STOP_REASONS.get(self._finish, "other")
         if stop == "end" and message.tool_calls:
             stop = "tool_calls"  # some compatible servers report "stop" for tool calls
-        usage = self._usage or _estimate({"messages": self._messages}, message)
+        messages = self._messages() if callable(self._messages) else self._messages
+        usage = self._usage or _estimate({"messages": messages}, message)
         return Done(message, usage, stop)
 
     def _stream_error(self, error: object) -> Failed:
@@ -266,8 +284,11 @@ class ChunkReader(StreamReader):
         )
 
 
-def build_body(request: Request, dialect: OpenAIDialect = OFFICIAL_DIALECT) -> dict[str, Any]:
-    """The JSON body of a streamed Chat Completions call for ``request``.
+def build_body(
+    request: Request, dialect: OpenAIDialect = OFFICIAL_DIALECT, *, messages: bool = True
+) -> dict[str, Any]:
+    """The JSON body of a streamed Chat Completions call for ``request``
+    (without ``messages``: an empty list in their place, for :func:`encode_body`).
 
     Only what the request sets is sent: the output limit under the dialect's
     field, ``prompt_cache_key`` only where the dialect takes it, and
@@ -276,7 +297,7 @@ def build_body(request: Request, dialect: OpenAIDialect = OFFICIAL_DIALECT) -> d
     body: dict[str, Any] = {
         "model": request.model,
         "stream": True,
-        "messages": translate_messages(request),
+        "messages": translate_messages(request) if messages else [],
     }
     if request.max_output_tokens is not None:
         body[dialect.max_tokens_field] = request.max_output_tokens
@@ -298,24 +319,27 @@ def translate_messages(request: Request) -> list[ChatCompletionMessageParam]:
     if request.system:
         out.append({"role": "system", "content": request.system})
     for message in request.messages:
-        if isinstance(message, UserMessage):
-            out.append({"role": "user", "content": message.text})
-        elif isinstance(message, ToolResult):
-            out.append({"role": "tool", "tool_call_id": message.call_id, "content": message.text})
-        elif isinstance(message, AssistantMessage):
-            if not message.tool_calls:
-                out.append({"role": "assistant", "content": message.text})
-                continue
-            calls: list[ChatCompletionMessageFunctionToolCallParam] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ]
-            out.append({"role": "assistant", "content": message.text or None, "tool_calls": calls})
+        out.extend(translate_message(message))
     return out
+
+
+def translate_message(message: Message) -> list[ChatCompletionMessageParam]:
+    """One neutral message as Chat Completions messages (one)."""
+    if isinstance(message, UserMessage):
+        return [{"role": "user", "content": message.text}]
+    if isinstance(message, ToolResult):
+        return [{"role": "tool", "tool_call_id": message.call_id, "content": message.text}]
+    if not message.tool_calls:
+        return [{"role": "assistant", "content": message.text}]
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for call in message.tool_calls
+    ]
+    return [{"role": "assistant", "content": message.text or None, "tool_calls": calls}]
 
 
 def translate_tools(tools: Iterable[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:
@@ -370,6 +394,7 @@ __all__ = [
     "OpenAIProvider",
     "build_body",
     "is_official",
+    "translate_message",
     "translate_messages",
     "translate_tools",
 ]
