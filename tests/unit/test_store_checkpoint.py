@@ -10,6 +10,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
 from recursa.protocol.events import UserInput
 from recursa.store import DB_FILE_NAME, Store
 from recursa.store.checkpoint import Checkpointer
@@ -149,3 +151,17 @@ def test_another_connection_sees_checkpointed_data(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert count == 10
+
+
+async def test_a_runtime_checkpoints_its_store_and_ends_that_before_closing_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from recursa.testing.runtime import make_runtime
+
+    home = tmp_path / "home"
+    async with make_runtime(home, api=False) as runtime:
+        (auto,) = runtime.store.execute("PRAGMA wal_autocheckpoint").fetchone()
+        assert auto == 0  # its appends never checkpoint inline
+        assert "WAL checkpoints" in runtime.tasks.running()
+    # Closed without naming it among the tasks left running.
+    assert not [r for r in caplog.records if "still running at close" in r.getMessage()]

@@ -80,6 +80,8 @@ class Runtime:
         self.retry_sleep = retry_sleep
         self._sessions: dict[str, Session] = {}
         self._closed = False
+        self._checkpoints: Supervisor | None = None
+        """The store's WAL checkpoints (:meth:`open` starts them), ended before the store closes."""
         self.pulse = Pulse()
         """Notified whenever a session starts or stops working or a message arrives."""
         self.accounts = Accounts(
@@ -139,7 +141,8 @@ class Runtime:
         tasks = Supervisor("runtime", logger=log)
         checkpointer = Checkpointer(config.home / DB_FILE_NAME)
         store.on_append(checkpointer.appended)
-        tasks.start(checkpointer.run(), name="WAL checkpoints")
+        checkpoints = tasks.group("store")
+        checkpoints.start(checkpointer.run(), name="WAL checkpoints")
         kernels = KernelPool(
             env.kernel_environment(config.kernel.env) if env else config.kernel.env,
             python=python,
@@ -160,9 +163,11 @@ class Runtime:
         )
         if warm_kernels:
             await kernels.start()
-        return cls(
+        runtime = cls(
             config, store, kernels=kernels, clock=clock, retry_sleep=retry_sleep, tasks=tasks
         )
+        runtime._checkpoints = checkpoints
+        return runtime
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -384,6 +389,8 @@ class Runtime:
             await self.kernels.aclose()
         finally:
             try:
+                if self._checkpoints is not None:
+                    await self._checkpoints.aclose()
                 await self._cancel_the_rest()
                 await self.providers.aclose()
             finally:
