@@ -18,7 +18,8 @@ machine's load (``os.getloadavg``) beside them:
 
 The daemon is stopped at the end. Target: ``agents`` <= 0.15 s.
 
-:func:`measure` is the same as a function (``benchmarks/compare.py`` calls it).
+:func:`measure` is the same as a function; ``benchmarks/compare.py`` times the same
+commands against its own daemon, beside its other figures.
 """
 
 from __future__ import annotations
