@@ -440,3 +440,81 @@ async def test_a_zygote_killed_under_its_kernels_leaves_later_kernels_execd(
     said = [r.getMessage() for r in caplog.records if r.name == forkserver.__name__]
     assert len(said) == 1
     assert "without the fork server" in said[0]
+
+
+def memory_holds(pid: int, needles: list[bytes]) -> list[bytes] | None:
+    """Which of ``needles`` process ``pid``'s readable memory holds; None when
+    its memory cannot be read (not root, and it is non-dumpable)."""
+    found: set[bytes] = set()
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+            for line in maps:
+                span, perms = line.split()[:2]
+                if not perms.startswith("r"):
+                    continue
+                start, end = (int(x, 16) for x in span.split("-"))
+                try:
+                    mem.seek(start)
+                    data = mem.read(end - start)
+                except (OSError, ValueError, OverflowError):
+                    continue
+                found.update(n for n in needles if n in data)
+    except PermissionError:
+        return None
+    return sorted(found)
+
+
+@pytest.mark.parametrize("kind", SANDBOXES)
+async def test_the_zygote_never_holds_a_kernels_key_or_environment(
+    home: Path, tmp_path: Path, forks: ForkServers, kind: str
+) -> None:
+    """Every later kernel is a copy of the zygote's memory: what a kernel's
+    request holds that is secret (its key, its session's token) reaches the
+    kernel in a memfd the zygote only hands on, never read into its heap."""
+    sandbox = policy(kind, home)
+    token = "kt-" + "7" * 40
+    async with new_kernel(tmp_path, home, forks, sandbox, RECURSA_KERNEL_TOKEN=token) as first:
+        assert first.forked
+        out = await first.execute("from recursa.api.client import configured", timeout=30)
+        key = json.loads(first.connection_file.read_text())["key"].encode()
+        async with new_kernel(tmp_path, home, forks, sandbox) as second:
+            assert second.forked
+            zygote = psutil.Process(first.pid).parent()
+            assert zygote is not None and zygote.pid == psutil.Process(second.pid).ppid()
+            held = memory_holds(zygote.pid, [key, token.encode()])
+            # Read as root: neither is there. Otherwise: it is closed (non-dumpable).
+            assert held in ([], None)
+            if held is None:
+                assert os.geteuid() != 0
+            # Nor in the sibling forked after it (a copy of the zygote).
+            held = memory_holds(second.pid, [key, token.encode()])
+            assert held in ([], None)
+        assert out.status == "ok"
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap cannot run here")
+async def test_a_startup_file_planted_in_the_shared_tmp_runs_in_no_sibling(
+    home: Path, tmp_path: Path, forks: ForkServers
+) -> None:
+    """Forked kernels share their sandbox's /tmp, where IPython's directory is:
+    a kernel that plants a startup file or a config file there must not get
+    code run in a sibling (another session) as it starts."""
+    sandbox = policy("bwrap", home)
+    plant = (
+        "import os\n"
+        "d = os.path.join(os.environ['IPYTHONDIR'], 'profile_default')\n"
+        "os.makedirs(os.path.join(d, 'startup'), exist_ok=True)\n"
+        "evil = \"open('ran-' + str(os.getpid()), 'w').write('x')\\n\"\n"
+        "open(os.path.join(d, 'startup', '00-evil.py'), 'w').write('import os\\n' + evil)\n"
+        "open(os.path.join(d, 'ipython_kernel_config.py'), 'w').write('import os\\n' + evil)\n"
+        "print(sorted(os.listdir(os.path.join(d, 'startup'))))"
+    )
+    async with new_kernel(tmp_path, home, forks, sandbox) as first:
+        out = await first.execute(plant, timeout=30)
+        assert "'00-evil.py'" in out.text()
+        async with new_kernel(tmp_path, home, forks, sandbox) as second:
+            assert second.forked
+            out = await second.execute("print(41 + 1)", timeout=30)
+            assert out.text() == "42\n"
+    assert not list(tmp_path.glob("ran-*"))

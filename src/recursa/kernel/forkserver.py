@@ -21,17 +21,22 @@ zygote share one workspace already, read-write):
 - They share one sandbox: one mount namespace, one private ``/tmp``, one
   PID namespace. A kernel sees its siblings' processes in ``/proc``, but
   not their memory or descriptors: each kernel is made non-dumpable before
-  it runs any code, which also bars ptrace (for any user but root: a daemon
-  run as root gives its kernels the power to read each other). A kernel's
-  ``/proc/<pid>/environ`` is the zygote's, without the session token the
-  harness exports later. The programs a kernel runs are dumpable again
-  after their exec, so a sibling can read their environment (a ``%%bash``
-  child's holds its session's token) where an exec'd kernel, alone in its
-  PID namespace, could not even see them. It can see its siblings'
-  socket directories and connect to them (reading another kernel's output
-  on iopub; running code needs the kernel's key, which is in no file the
-  sandbox shows). It cannot see the daemon's directories, other workspaces,
-  nor the kernels of other zygotes.
+  it runs any code, and so is the zygote, which also bars ptrace (for any
+  user but root: a daemon run as root gives its kernels the power to read
+  each other). A kernel's ``/proc/<pid>/environ`` is the zygote's, and the
+  programs a kernel starts do not carry its session's token either (the
+  kernel moves it out of its environment: :mod:`recursa.api.client`). It
+  can see its siblings' socket directories and connect to them (reading
+  another kernel's output on iopub; running code needs the kernel's key,
+  which is in no file the sandbox shows). It cannot see the daemon's
+  directories, other workspaces, nor the kernels of other zygotes.
+- Nothing secret passes through the zygote: a request's key and environment
+  travel in a memfd the zygote hands on unread, so no later kernel (a copy
+  of the zygote's memory) holds an earlier one's secrets.
+- A forked kernel closes the zygote's socket before any IPython code runs,
+  says it has bound its sockets on a pipe of its own, and reads no IPython
+  configuration or startup file: IPython's directory is in the ``/tmp`` its
+  siblings share, where one could plant code for the next kernel to run.
 - A stop still ends everything the kernel started: each kernel is a child
   subreaper, so what it detaches stays below it, and what remains when it
   dies is killed by the zygote.
@@ -127,6 +132,8 @@ class ForkServer:
         """Wait statuses of ended kernels, by pid."""
         self._pids: dict[int, int] = {}
         """Request id -> pid, for the kernels forked."""
+        self._bound: dict[int, int] = {}
+        """Request id -> the read end of the pipe its kernel says "bound" on."""
         self._next = 0
         self._ready: asyncio.Future[None] | None = None
         self._starting: asyncio.Task[None] | None = None
@@ -236,20 +243,36 @@ class ForkServer:
         request = {
             "id": ident,
             "cwd": str(cwd),
-            "env": sandbox_env(self.sandbox, env),
             "argv": [*KERNEL_FLAGS, *extension_flags()],
-            "connection": dict(connection),
             "cmdline": cmdline,
         }
         data = json.dumps(request).encode()
-        if len(data) > MAX_MESSAGE:
+        # What is secret (the kernel's key, the session's token in its
+        # environment) never passes through the zygote's memory, which every
+        # later kernel of it copies: it goes in a memfd the zygote only hands on.
+        secret = json.dumps(
+            {"env": sandbox_env(self.sandbox, env), "connection": dict(connection)}
+        ).encode()
+        if len(data) > MAX_MESSAGE or len(secret) > MAX_MESSAGE:
             raise KernelError("the fork request is too large")
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
         self._waiting[ident] = future
+        # The kernel says it has bound its sockets on a pipe of its own: it
+        # closes the zygote's socket before any IPython code runs.
+        bound_read, bound_write = os.pipe()
+        self._bound[ident] = bound_read
+        loop.add_reader(bound_read, self._on_bound, ident)
         try:
-            with log_file.open("wb") as log_out:
-                socket.send_fds(sock, [data], [log_out.fileno()])
-            left = deadline - asyncio.get_running_loop().time()
+            secret_fd = _sealed(secret)
+            try:
+                with log_file.open("wb") as log_out:
+                    fds = [log_out.fileno(), secret_fd, bound_write]
+                    socket.send_fds(sock, [data], fds)
+            finally:
+                os.close(secret_fd)
+                os.close(bound_write)
+            left = deadline - loop.time()
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, left))
         except TimeoutError:
             pid = self._pids.get(ident)
@@ -261,15 +284,54 @@ class ForkServer:
             self._fail(f"the fork server is gone ({exc})")
             raise KernelError(self.broken or "the fork server failed") from None
         except BaseException:
-            # Cancelled just as the kernel came up: nobody will hold it.
+            # Cancelled as the kernel came up (or before it said it was
+            # bound): nobody will hold it.
+            pid = self._pids.get(ident)
             if future.done() and not future.cancelled() and future.exception() is None:
+                pid = future.result()
+            if pid is not None:
                 with contextlib.suppress(OSError):
-                    os.killpg(future.result(), signal.SIGKILL)
+                    os.killpg(pid, signal.SIGKILL)
             raise
         finally:
             self._waiting.pop(ident, None)
             if not future.done():
                 future.cancel()
+            self._stop_reading(ident)
+
+    def _on_bound(self, ident: int) -> None:
+        """The kernel of request ``ident`` wrote on its pipe (it has bound its
+        sockets), or the pipe closed (it ended first)."""
+        fd = self._bound.get(ident)
+        if fd is None:
+            return
+        try:
+            said = os.read(fd, 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            said = b""
+        self._stop_reading(ident)
+        self._on_readable()  # its "forked" (with its pid) was sent before
+        future = self._waiting.get(ident)
+        pid = self._pids.get(ident)
+        if not said or pid is None:
+            if future is not None and not future.done():
+                future.set_exception(KernelError("the forked kernel ended before it was ready"))
+            return
+        if future is not None and not future.done():
+            future.set_result(pid)
+        else:
+            # Nobody waits for it any more (cancelled, timed out): it must not run.
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+    def _stop_reading(self, ident: int) -> None:
+        """Stop watching request ``ident``'s pipe and close it (once)."""
+        fd = self._bound.pop(ident, None)
+        if fd is not None:
+            asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
 
     def exit_status(self, pid: int) -> int | None:
         """The wait status of the forked kernel ``pid``, once the zygote has
@@ -314,13 +376,6 @@ class ForkServer:
         future = self._waiting.get(ident)
         if message.get("forked") and sender is not None:
             self._pids[ident] = sender
-        elif message.get("bound") and sender is not None:
-            if future is not None and not future.done():
-                future.set_result(sender)
-            else:
-                # Nobody waits for it any more (cancelled, timed out): it must not run.
-                with contextlib.suppress(OSError):
-                    os.killpg(sender, signal.SIGKILL)
         elif "exit" in message:
             pid = self._pids.pop(ident, None)
             if pid is not None:
@@ -399,6 +454,20 @@ _LINGERING: list[subprocess.Popen[bytes]] = []
 
 def _reap_lingering() -> None:
     _LINGERING[:] = [p for p in _LINGERING if p.poll() is None]
+
+
+def _sealed(data: bytes) -> int:
+    """A memfd holding ``data``, read from its start."""
+    fd = os.memfd_create("recursa-fork-request", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _sender(ancdata: list[tuple[int, int, bytes]]) -> int | None:

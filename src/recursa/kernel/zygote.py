@@ -112,6 +112,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        # Its kernels share its PID namespace: none may read its memory.
+        _prctl(_PR_SET_DUMPABLE, 0)
         # As recursa.api.launcher does for an exec'd kernel: no debugpy (the
         # Jupyter debugger, never used; ~15 MB a kernel), so ipykernel runs
         # without its debugger.
@@ -174,8 +176,8 @@ class Zygote:
         request: dict[str, Any] = {}
         try:
             request = json.loads(data)
-            if len(fds) != 1:
-                raise ValueError("a request needs its log file attached")
+            if len(fds) != 3:
+                raise ValueError("a request needs its log file, secrets and pipe attached")
             if threading.active_count() != 1:
                 raise RuntimeError("the zygote runs threads; it cannot fork safely")
             pid = os.fork()
@@ -185,8 +187,9 @@ class Zygote:
             _send(self.control, {"id": request.get("id"), "error": f"{exc}"})
             return
         if pid == 0:
-            _become_kernel(self.control, request, fds[0], self._wakeup, self._wakeup_write)
-        os.close(fds[0])
+            _become_kernel(self.control, request, fds, self._wakeup, self._wakeup_write)
+        for fd in fds:  # never read here: the secrets are the kernel's alone
+            os.close(fd)
         self.kernels[pid] = int(request["id"])
 
     def _reap(self) -> None:
@@ -217,9 +220,16 @@ class Zygote:
 
 
 def _become_kernel(
-    control: socket.socket, request: dict[str, Any], log_fd: int, *zygote_fds: int
+    control: socket.socket, request: dict[str, Any], fds: list[int], *zygote_fds: int
 ) -> None:
-    """The forked child: never returns (the process exits with the kernel)."""
+    """The forked child: never returns (the process exits with the kernel).
+
+    ``fds`` are its log file, the memfd of its secrets (its environment and
+    connection, key included) and the pipe it says "bound" on. The zygote's
+    socket is closed before any IPython code runs, and that code reads no
+    configuration or startup file: a sibling that shares this /tmp could
+    have planted one in the IPython directory."""
+    log_fd, secret_fd, bound_fd = fds
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -237,16 +247,19 @@ def _become_kernel(
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
+        with os.fdopen(secret_fd, "rb") as secrets_in:
+            secrets = json.loads(secrets_in.read())
         # Before the daemon learns the pid: it checks the command line then.
         set_command_line(request["cmdline"])
         _send(control, {"id": request["id"], "forked": True})
+        control.close()
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(secrets["env"])
         sys.argv = ["recursa.api.launcher", *request["argv"]]
-        app = kernel_app(request["connection"], request["argv"])
-        _send(control, {"id": request["id"], "bound": True})
-        control.close()
+        app = kernel_app(secrets["connection"], request["argv"])
+        os.write(bound_fd, b"b")
+        os.close(bound_fd)
         app.start()
         code = 0
     except SystemExit as exc:
@@ -275,6 +288,12 @@ def kernel_app(connection: dict[str, Any], argv: list[str]) -> Any:
 
         def write_connection_file(self, **kwargs: Any) -> None:
             pass
+
+        def load_config_file(self, *args: Any, **kwargs: Any) -> None:
+            """None: the IPython directory is in a /tmp its siblings share."""
+
+        def _run_startup_files(self) -> None:
+            """None, for the same reason."""
 
     app = ForkedKernelApp.instance()
     app.initialize(argv)  # type: ignore[no-untyped-call]
