@@ -123,3 +123,14 @@ async def test_failures_are_told_apart(tmp_path: Path) -> None:
     async with server(sock, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nslow", close=False):
         with pytest.raises(http1.ReadTimedOut):  # nothing more comes
             await get(sock, timeout=0.05)
+
+
+async def test_negative_sizes_are_broken_replies(tmp_path: Path) -> None:
+    sock = tmp_path / "s"
+    async with server(sock, b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabcdef"):
+        with pytest.raises(http1.Broken, match="content-length"):
+            await get(sock)
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nabcde\r\n0\r\n\r\n"
+    async with server(sock, chunked):
+        with pytest.raises(http1.Broken, match="chunk size"):
+            await get(sock)

@@ -165,3 +165,28 @@ async def test_a_runtime_checkpoints_its_store_and_ends_that_before_closing_it(
         assert "WAL checkpoints" in runtime.tasks.running()
     # Closed without naming it among the tasks left running.
     assert not [r for r in caplog.records if "still running at close" in r.getMessage()]
+
+
+async def test_without_appends_it_still_checkpoints_now_and_then_and_outlives_a_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / DB_FILE_NAME
+    clock = Clock()
+    failed: list[bool] = []
+
+    class FailsOnce(Recorded):
+        def checkpoint(self) -> tuple[int, int]:
+            if not failed:
+                failed.append(True)
+                raise RuntimeError("disk on fire")
+            return super().checkpoint()
+
+    with Store.open(path, autocheckpoint=False):
+        keeper = FailsOnce(path, every=0.01, clock=clock, sleep=clock.sleep)
+        task = asyncio.create_task(keeper.run())
+        try:
+            await keeper.next_one()  # no append at all: the second round, after a failure
+        finally:
+            task.cancel()
+    assert failed == [True]
+    assert any("WAL checkpoint" in r.getMessage() for r in caplog.records)

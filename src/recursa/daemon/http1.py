@@ -201,6 +201,8 @@ class _Body:
             self._length = None if length is None else int(length)
         except ValueError:
             raise Broken(f"a bad content-length: {length!r}") from None
+        if self._length is not None and self._length < 0:
+            raise Broken(f"a bad content-length: {length!r}")
         self._done = False
 
     async def pieces(self) -> AsyncIterator[bytes]:
@@ -231,6 +233,8 @@ class _Body:
             size_line = await _timed(reader.readuntil(b"\r\n"), timeout)
             try:
                 size = int(size_line.split(b";", 1)[0].strip(), 16)
+                if size < 0:
+                    raise ValueError(size)
             except ValueError:
                 raise Broken(f"a bad chunk size: {size_line[:40]!r}") from None
             if size == 0:

@@ -24,7 +24,7 @@ from recursa.models.types import Message
 dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """``json.dumps`` as the SDKs call it for a request body (``openapi_dumps``)."""
 
-CONVERSATIONS = 256
+CONVERSATIONS = 64
 """Conversations whose messages are kept; the least recently used goes first."""
 
 

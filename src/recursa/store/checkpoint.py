@@ -13,6 +13,7 @@ checkpoint takes no writer's lock, so appends go on while it copies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
@@ -23,6 +24,8 @@ log = logging.getLogger("recursa.store")
 
 QUIET = 0.25
 """Seconds without an append before the WAL is checkpointed."""
+EVERY = 60.0
+"""Seconds between checkpoints when nothing is appended (other writes may be)."""
 MOST_APPENDS = 2000
 """After this many appends the WAL is checkpointed even while appends go on."""
 
@@ -43,12 +46,14 @@ class Checkpointer:
         *,
         quiet: float = QUIET,
         most_appends: int = MOST_APPENDS,
+        every: float = EVERY,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._path = path
         self._quiet = quiet
         self._most = most_appends
+        self._every = every
         self._appends = 0
         self._clock = clock
         self._sleep = sleep
@@ -64,16 +69,24 @@ class Checkpointer:
         self._dirty.set()
 
     async def run(self) -> None:
-        """Wait for writes, then for quiet (or a large WAL), then checkpoint; forever."""
+        """Wait for appends, then for quiet (or many appends), then checkpoint;
+        also every ``every`` seconds, for the writes that are not appends
+        (inbox, tokens, session rows). Forever; a failure is logged, and the
+        next round tries again."""
         while True:
-            await self._dirty.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._every):
+                    await self._dirty.wait()
             while (wait := self._last + self._quiet - self._clock()) > 0:
                 if self._appends >= self._most:
                     break
                 await self._sleep(wait)
             self._dirty.clear()
             self._appends = 0
-            await asyncio.to_thread(self.checkpoint)
+            try:
+                await asyncio.to_thread(self.checkpoint)
+            except Exception:
+                log.exception("WAL checkpoint of %s failed", self._path)
 
     def checkpoint(self) -> tuple[int, int]:
         """One passive checkpoint on a connection of its own: (frames in the
@@ -96,4 +109,4 @@ class Checkpointer:
         return (int(frames), int(copied)) if not busy else (int(frames), 0)
 
 
-__all__ = ["MOST_APPENDS", "QUIET", "Checkpointer"]
+__all__ = ["EVERY", "MOST_APPENDS", "QUIET", "Checkpointer"]
