@@ -40,23 +40,13 @@ import anthropic
 import httpx2
 import openai
 from anthropic.types import (
-    InputJSONDelta,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
     RawMessageStreamEvent,
-    TextBlock,
-    ToolUseBlock,
 )
-from anthropic.types import TextDelta as AnthropicTextDelta
 from openai.types.chat import ChatCompletionChunk
 
 from recursa.config import Config, ProviderConfig
 from recursa.models import anthropic as anthropic_adapter
 from recursa.models import openai as openai_adapter
-from recursa.models._assembly import MessageAssembly
 from recursa.models._sdk import SDKProvider, StreamReader
 from recursa.models.types import (
     AssistantMessage,
@@ -69,7 +59,7 @@ from recursa.models.types import (
     Usage,
     UserMessage,
 )
-from recursa.testing import fake_wire
+from recursa.testing import fake_wire, sdk_reference
 from recursa.testing.fake_script import Reply, ToolCallSpec
 
 Vendor = Literal["openai", "anthropic"]
@@ -129,62 +119,15 @@ def response(vendor: Vendor, events: list[bytes]) -> httpx2.Response:
 
 
 async def old_openai_parse(stream: openai.AsyncStream[ChatCompletionChunk]) -> Done:
-    assembly = MessageAssembly()
-    finish: str | None = None
-    usage = Usage()
-    async for chunk in stream:
-        if chunk.usage is not None:
-            details = chunk.usage.prompt_tokens_details
-            usage = Usage(
-                chunk.usage.prompt_tokens,
-                chunk.usage.completion_tokens,
-                (details.cached_tokens or 0) if details else 0,
-                (details.cache_write_tokens or 0) if details else 0,
-            )
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue
-            delta = choice.delta
-            for piece in (delta.content, delta.refusal):
-                assembly.text(piece)
-            for call in delta.tool_calls or ():
-                function = call.function
-                assembly.tool_call(
-                    call.index,
-                    arguments=function.arguments if function else None,
-                    id=call.id,
-                    name=function.name if function else None,
-                )
-            finish = choice.finish_reason or finish
-    assert finish == "tool_calls"
-    return Done(assembly.message(), usage, "tool_calls")
+    last = (await sdk_reference.openai_events(stream))[-1]
+    assert isinstance(last, Done), last
+    return last
 
 
 async def old_anthropic_parse(stream: anthropic.AsyncStream[RawMessageStreamEvent]) -> Done:
-    assembly = MessageAssembly()
-    output = 0
-    finished = False
-    async for event in stream:
-        if isinstance(event, RawContentBlockDeltaEvent):
-            if isinstance(event.delta, AnthropicTextDelta):
-                assembly.text(event.delta.text)
-            elif isinstance(event.delta, InputJSONDelta):
-                assembly.tool_call(event.index, arguments=event.delta.partial_json)
-        elif isinstance(event, RawContentBlockStartEvent):
-            block = event.content_block
-            if isinstance(block, ToolUseBlock):
-                given = json.dumps(block.input) if block.input else None
-                assembly.tool_call(event.index, arguments=given, id=block.id, name=block.name)
-            elif isinstance(block, TextBlock):
-                assembly.text(block.text)
-        elif isinstance(event, RawMessageStartEvent):
-            output = event.message.usage.output_tokens
-        elif isinstance(event, RawMessageDeltaEvent):
-            output = event.usage.output_tokens
-        elif isinstance(event, RawMessageStopEvent):
-            finished = True
-    assert finished
-    return Done(assembly.message(), Usage(0, output), "tool_calls")
+    last = (await sdk_reference.anthropic_events(stream))[-1]
+    assert isinstance(last, Done), last
+    return last
 
 
 async def old_call(vendor: Vendor, client: Any, request: Request) -> Any:
@@ -314,7 +257,7 @@ async def bench(vendor: Vendor, args: argparse.Namespace, home: Path) -> list[tu
 
     async def request_new() -> object:
         body = (
-            openai_adapter.build_body(request, ours.dialect)  # type: ignore[attr-defined]
+            ours.encode(request)  # type: ignore[attr-defined]
             if vendor == "openai"
             else anthropic_adapter.build_body(request)
         )
