@@ -150,8 +150,14 @@ class ViewApp(App[None]):
         return self.query_one("#tabs", TabbedContent)
 
     def status(self, line: str) -> None:
+        """Show ``line`` in the status bar; nothing once the app is closing (a
+        call that was out when it closed ends here with its widgets gone)."""
+        try:
+            bar = self.query_one("#status", Static)
+        except NoMatches:
+            return
         # As text: the line may quote a daemon's error or a model's words.
-        self.query_one("#status", Static).update(Text(line))
+        bar.update(Text(line))
 
     def notify(
         self,
