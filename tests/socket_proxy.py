@@ -40,21 +40,31 @@ class SocketProxy:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
+        # A connection accepted just before the close has a handler task
+        # that has not yet run to register itself: let it, then end them all
+        # (a handler stays registered until its last await is over).
+        await asyncio.sleep(0)
+        while self._tasks:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        try:
+            await self._pipe(reader, writer)
+        finally:
+            self._tasks.discard(task)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
             up_reader, up_writer = await asyncio.open_unix_connection(str(self.target))
         except BaseException:
             writer.close()
-            self._tasks.discard(task)
             raise
         drop = asyncio.Event()
         upward = asyncio.create_task(self._upward(reader, up_writer, drop))
@@ -69,7 +79,6 @@ class SocketProxy:
                 pipe.cancel()
             for w in (writer, up_writer):
                 w.close()
-            self._tasks.discard(task)
             await asyncio.gather(upward, downward, return_exceptions=True)
             for w in (writer, up_writer):
                 with contextlib.suppress(OSError):
