@@ -102,12 +102,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TextIO
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from recursa import duration
 from recursa.duration import Duration
+from recursa.environ import color_enabled, debug_enabled, environment, home_dir
 from recursa.errors import ConfigError
 from recursa.validation import one_line, within
 
@@ -115,7 +116,6 @@ ProviderKind = Literal["openai", "anthropic"]
 SandboxKind = Literal["bwrap", "none"]
 """How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
-DEFAULT_HOME = Path("~/.recursa")
 CONFIG_FILE_NAME = "config.toml"
 
 DEFAULT_MAX_STEPS = 50
@@ -378,22 +378,6 @@ def _zero_or_at_least(low: int, shown: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def environment() -> dict[str, str]:
-    """A copy of this process's environment, to start a child process (the daemon)
-    with; the caller decides what to leave out."""
-    return dict(os.environ)
-
-
-def debug_enabled() -> bool:
-    """``RECURSA_DEBUG=1``: show tracebacks of internal errors."""
-    return os.environ.get("RECURSA_DEBUG", "") not in ("", "0")
-
-
-def color_enabled(stream: TextIO) -> bool:
-    """Whether to color output on ``stream``: a terminal, and NO_COLOR unset."""
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
 # --- the file's schema: what config.toml may hold, checked once ---------------------
 
 DAY = 86_400.0
@@ -532,14 +516,6 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
     ``$RECURSA_HOME/config.toml``."""
     environ: Mapping[str, str] = os.environ if env is None else env
     return Path(environ.get("RECURSA_CONFIG") or home_dir(environ) / CONFIG_FILE_NAME).expanduser()
-
-
-def home_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``RECURSA_HOME`` (default ``~/.recursa``) as :func:`load_config` resolves
-    it, without reading the configuration file: all a client of a running
-    daemon needs (the CLI's calls to it)."""
-    environ: Mapping[str, str] = os.environ if env is None else env
-    return Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
 
 
 def load_config(
@@ -739,6 +715,7 @@ __all__ = [
     "color_enabled",
     "debug_enabled",
     "environment",
+    "home_dir",
     "kernel_environment",
     "load_config",
     "parse_duration",

@@ -93,6 +93,9 @@ def probe(args: list[str], env: dict[str, str], cwd: Path) -> tuple[str, list[st
     return result.stdout, report["modules"]
 
 
+LISTING_NEEDS_NOT = {"recursa.config", "recursa.protocol.events", "recursa.cli.render"}
+
+
 def heavy(modules: list[str], command: str) -> list[str]:
     """What of ``modules`` a client call of ``command`` must not load."""
     own = COMMANDS[command].module
@@ -126,10 +129,14 @@ def test_agents_usage_and_logs_load_no_heavy_module(
     out, modules = probe(["agents"], env, tmp_path)
     assert session in out and "idle" in out
     assert heavy(modules, "agents") == []
+    # A listing reads neither the configuration (a running daemon has its
+    # own) nor any event: the schema and the grammar are not built.
+    assert LISTING_NEEDS_NOT & set(modules) == set()
 
     out, modules = probe(["usage", session], env, tmp_path)
     assert session in out
     assert heavy(modules, "usage") == []
+    assert LISTING_NEEDS_NOT & set(modules) == set()
 
     out, modules = probe(["logs", session], env, tmp_path)
     assert "print(6 * 7)" in out and "forty-two" in out

@@ -19,11 +19,10 @@ import typer
 from recursa.cli import app
 from recursa.cli.common import SessionArg, print_listing, typed_text, with_client
 from recursa.cli.context_files import ContextFileOpt, read_context_files
-from recursa.cli.follow import Follow, follow_until_idle, show, stdin_lines
-from recursa.cli.render import TranscriptPrinter, cost_text, printable, usage_dict, usage_line
+from recursa.cli.spend import cost_text, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
-from recursa.config import color_enabled
-from recursa.protocol.events import StatusChanged, TurnStarted
+from recursa.cli.terminal import printable
+from recursa.environ import color_enabled
 from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode
 
 if TYPE_CHECKING:
@@ -122,6 +121,9 @@ def attach(
 async def _attach(
     ref: str, mode: SendMode, after: int | None, until_idle: bool, json_lines: bool
 ) -> int:
+    from recursa.cli.follow import Follow, follow_until_idle, stdin_lines
+    from recursa.cli.render import TranscriptPrinter
+
     async with _client() as client:
         info = await client.session(ref)
         marks = await _history_marks(client, info.id)
@@ -182,6 +184,8 @@ class _Marks:
 
 
 async def _history_marks(client: DaemonClient, session: str) -> _Marks:
+    from recursa.protocol.events import StatusChanged, TurnStarted
+
     cursor = previous = status_seq = 0
     status = ""
     events = client.events(session, after=0, follow=False)
@@ -231,6 +235,8 @@ def logs(
     json_lines: Annotated[bool, typer.Option("--json", help="JSON lines on stdout.")] = False,
 ) -> None:
     """The session's whole history, readable (or as JSON lines)."""
+    from recursa.cli.follow import show
+    from recursa.cli.render import TranscriptPrinter
 
     async def go() -> None:
         async with _client() as client:

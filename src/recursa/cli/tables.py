@@ -6,7 +6,7 @@ line per row: when a row is wider than that, the columns marked ``flex``
 (titles, prompts, reasons) shrink first and end in "…"; identifiers are never
 cut (a table whose fixed columns alone are wider than the terminal runs past
 its edge). Widths are terminal cells (a wide character takes two). Colour
-(a bold header, dim quiet rows) only when :func:`recursa.config.color_enabled`
+(a bold header, dim quiet rows) only when :func:`recursa.environ.color_enabled`
 allows it on stdout. ``--json`` is for programs; these tables are for eyes
 and may change.
 
@@ -22,8 +22,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from recursa.cli.render import printable
-from recursa.config import color_enabled
+from recursa.cli.terminal import printable
+from recursa.environ import color_enabled
 
 _SPACES = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
 _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"

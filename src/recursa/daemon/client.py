@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
-from recursa.config import Config, environment, home_dir, load_config
 from recursa.daemon.harden import harden_process
 from recursa.daemon.paths import DaemonPaths, read_token
 from recursa.daemon.transport import (
@@ -48,8 +47,8 @@ from recursa.daemon.transport import (
     error_of,
     parse_line,
 )
+from recursa.environ import environment, home_dir
 from recursa.errors import DaemonError
-from recursa.protocol.events import EventRecord
 from recursa.protocol.operations import Operation, decode
 from recursa.protocol.person_ops import (
     CREATE_SESSION,
@@ -90,8 +89,10 @@ STREAM_TIMEOUT = 3 * HEARTBEAT_SECONDS
 QUIET_PIECE = 30.0
 """Longest wait one ``wait-quiet`` request asks the daemon for."""
 if TYPE_CHECKING:
+    from recursa.config import Config
     from recursa.daemon.machine import Row as ModelRow
     from recursa.kernel.venv import KernelEnv
+    from recursa.protocol.events import EventRecord
 
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
@@ -340,6 +341,7 @@ async def connect(
         async with DaemonClient(home) as client:
             yield client
         return
+    from recursa.config import load_config
     from recursa.daemon.embedded import serve_local
 
     config = config or load_config()

@@ -33,8 +33,8 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from recursa.config import Config, load_config
 from recursa.daemon.client import DaemonClient
 from recursa.daemon.paths import (
     EXIT_ALREADY_RUNNING,
@@ -48,6 +48,9 @@ from recursa.daemon.paths import (
 )
 from recursa.errors import DaemonError, one_line
 from recursa.protocol.wire import DaemonStatus
+
+if TYPE_CHECKING:
+    from recursa.config import Config
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 60.0
@@ -188,6 +191,10 @@ def _spawn(
     paths: DaemonPaths, env: Mapping[str, str], host_factory: str | None
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start the daemon process; returns it and where its log output begins."""
+    # Here, not at the top: a call to a running daemon does not read (or build
+    # the schema of) the configuration; the daemon it starts reads it itself.
+    from recursa.config import load_config
+
     home = str(paths.home)
     config = load_config(env, overrides={"RECURSA_HOME": home})
     names = credential_names(config)

@@ -18,15 +18,18 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from recursa.daemon import http1
 from recursa.daemon.errormap import MAX_MESSAGE_CHARS, error_from_wire
 from recursa.daemon.paths import DaemonPaths, read_state, read_token
 from recursa.errors import DaemonError, one_line
-from recursa.protocol.events import EventRecord, event_from_dict, json_text
+from recursa.protocol.common import json_text
 from recursa.protocol.wire import API_PREFIX, HEADER_CLIENT, HEADER_COMMAND
+
+if TYPE_CHECKING:
+    from recursa.protocol.events import EventRecord
 
 CONNECT_TIMEOUT = 5.0
 BACKOFF_FIRST = 0.05
@@ -238,6 +241,10 @@ def error_of(response: http1.Response | http1.StreamingResponse) -> Exception:
 def parse_line(line: str) -> EventRecord | None:
     """A record from one NDJSON line; None for a heartbeat or a blank line.
     An error line raises its error; a shutdown line raises DaemonError."""
+    # Here, not at the top: a call that reads no events (``recursa agents``)
+    # does not build the event grammar.
+    from recursa.protocol.events import EventRecord, event_from_dict
+
     if not line.strip():
         return None
     try:

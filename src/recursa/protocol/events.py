@@ -38,8 +38,7 @@ from typing import Any, Literal, get_args
 
 from recursa.errors import FailureKind
 from recursa.models.types import ToolCall
-
-PROTOCOL_VERSION = 1
+from recursa.protocol.common import PROTOCOL_VERSION, SessionStatus, json_text
 
 InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule", "goal", "gate"]
 CellStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died", "rejected"]
@@ -59,8 +58,6 @@ KernelState = Literal[
     "starting", "ready", "restarted", "died", "stopped", "reattached", "snapshotted", "restored"
 ]
 NoticeLevel = Literal["info", "warning", "error"]
-SessionStatus = Literal["admitted", "running", "idle", "inactive", "deleted"]
-"""admitted → running ⇄ idle → inactive → idle; ``deleted`` is a tombstone (history kept)."""
 GateStatus = Literal["passed", "failed", "timeout", "error", "skipped"]
 """A gate's check: ``skipped`` means not run again, the workspace unchanged since it failed."""
 AutonomousOutcome = Literal["passed", "max_turns", "max_tokens", "max_cost", "max_time", "error"]
@@ -370,19 +367,6 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     except TypeError as exc:
         raise ValueError(f"bad {kind} event: {exc}") from exc
     return event
-
-
-def json_text(value: object) -> str:
-    """Compact JSON that is always valid UTF-8.
-
-    Non-ASCII text stays readable, but a lone surrogate (what a non-UTF-8
-    byte becomes in Python) is written as its ``\\uXXXX`` escape: it can only
-    occur inside a JSON string, where that escape is valid and decodes back
-    to the same character. So nothing is lost and nothing downstream (SQLite,
-    a terminal, a pipe) fails to encode the text.
-    """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def event_to_json(event: Event) -> str:

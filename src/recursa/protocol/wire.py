@@ -33,7 +33,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, Valida
 from pydantic_core import PydanticSerializationError
 from pydantic_core import to_json as to_json_bytes
 
-from recursa.protocol.events import PROTOCOL_VERSION, SessionStatus
+from recursa.protocol.common import PROTOCOL_VERSION, SessionStatus
 from recursa.protocol.fields import (
     MAX_ITEMS,
     Cost,

@@ -1,0 +1,44 @@
+"""What a process of recursa reads from its environment before, or without,
+the configuration file: where the home is (``RECURSA_HOME``), whether to show
+tracebacks (``RECURSA_DEBUG``) and colors (``NO_COLOR``, ``TERM``).
+
+Apart from :mod:`recursa.config` (which re-exports these) so that a client of
+a running daemon, such as ``recursa agents``, needs neither pydantic's
+configuration schema nor the time to build it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+DEFAULT_HOME = Path("~/.recursa")
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``RECURSA_HOME`` (default ``~/.recursa``) as :func:`recursa.config.load_config`
+    resolves it, without reading the configuration file: all a client of a
+    running daemon needs (the CLI's calls to it)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    return Path(environ.get("RECURSA_HOME") or DEFAULT_HOME).expanduser()
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, to start a child process (the daemon)
+    with; the caller decides what to leave out."""
+    return dict(os.environ)
+
+
+def debug_enabled() -> bool:
+    """``RECURSA_DEBUG=1``: show tracebacks of internal errors."""
+    return os.environ.get("RECURSA_DEBUG", "") not in ("", "0")
+
+
+def color_enabled(stream: TextIO) -> bool:
+    """Whether to color output on ``stream``: a terminal, and NO_COLOR unset."""
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+__all__ = ["DEFAULT_HOME", "color_enabled", "debug_enabled", "environment", "home_dir"]
