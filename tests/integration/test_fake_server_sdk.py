@@ -245,14 +245,18 @@ async def test_openai_faults_raise_the_matching_sdk_error(
         assert KEY in str(caught.value)  # echoed, so adapters must scrub it
 
 
-ANTHROPIC_FAULTS: list[tuple[FaultKind, type[Exception], int | None]] = [
+ANTHROPIC_FAULTS: list[
+    tuple[FaultKind, type[Exception] | tuple[type[Exception], ...], int | None]
+] = [
     ("rate_limit", anthropic.RateLimitError, 429),
     ("server_error", anthropic.InternalServerError, 500),
     ("overloaded", anthropic.OverloadedError, 529),
     ("auth", anthropic.AuthenticationError, 401),
     ("bad_request", anthropic.BadRequestError, 400),
     ("context_overflow", anthropic.BadRequestError, 400),
-    ("truncated", httpx2.RemoteProtocolError, None),  # the SDK lets transport errors through
+    # A body cut short: up to anthropic 2.16 the SDK lets httpx2's error
+    # through; from 2.17 it raises its own connection error.
+    ("truncated", (httpx2.RemoteProtocolError, anthropic.APIConnectionError), None),
 ]
 
 
@@ -261,7 +265,7 @@ async def test_anthropic_faults_raise_the_matching_sdk_error(
     server: FakeModelServer,
     ant: anthropic.AsyncAnthropic,
     kind: FaultKind,
-    error: type[Exception],
+    error: type[Exception] | tuple[type[Exception], ...],
     status: int | None,
 ) -> None:
     server.push(Fault(kind, retry_after=3))

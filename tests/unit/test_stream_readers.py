@@ -268,8 +268,6 @@ ERROR_EVENTS: list[tuple[Vendor, bytes]] = [
     ("openai", b'data: {"error": "a bare string"}\n\n'),
     ("openai", b'data: {"error": {"message": "' + SECRET.encode() + b' leaked", "code": 42}}\n\n'),
     ("openai", b'data: {"error": {"type": "rate_limit_exceeded", "message": ""}}\n\n'),
-    ("anthropic", b"event: error\ndata: not json at all\n\n"),
-    ("anthropic", b"event: error\ndata: \n\n"),
     (
         "anthropic",
         b'event: error\ndata: {"type": "error", "error": {"type": "api_error", "message": "'
@@ -289,6 +287,22 @@ async def test_error_events_fail_as_the_sdk_path_did_and_never_echo_a_secret(
     assert isinstance(failed, Failed)
     assert SECRET not in failed.message
     assert failed.message.startswith(f"{vendor}: ")
+
+
+@pytest.mark.parametrize("data", ["not json at all", ""])
+async def test_an_error_event_that_is_not_json_fails_as_the_sdk_path_did(data: str) -> None:
+    """The SDK's wording of such an error is its own and changes between
+    releases (anthropic 2.17 adds the status and the request's path): the
+    kind is what must agree, and the message holds what the event said."""
+    event = f"event: error\ndata: {data}\n\n".encode()
+    ours = reader_events("anthropic", [event])
+    theirs = await sdk_events("anthropic", [event])
+    assert [type(e) for e in ours] == [type(e) for e in theirs] == [Failed]
+    failed, reference = ours[-1], theirs[-1]
+    assert isinstance(failed, Failed) and isinstance(reference, Failed)
+    assert (failed.kind, failed.status) == (reference.kind, reference.status) == ("unknown", None)
+    assert failed.message.startswith("anthropic: request failed: ")
+    assert data in failed.message
 
 
 WRONG_SHAPES: list[tuple[Vendor, bytes]] = [
