@@ -79,7 +79,7 @@ def figure(curves: Sequence[Curve], axis: Axis, *, gain: float = DEFAULT_GAIN) -
     every = [x for _, xs, _ in drawn.values() for x in xs]
     if not every:
         ax.set_axis_off()
-        why = "\n(a local model has no cost)." if axis == "cost" else "."
+        why = "\n(a local or scripted model is free)." if axis == "cost" else "."
         ax.text(
             0.5,
             0.5,

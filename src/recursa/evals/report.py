@@ -231,7 +231,9 @@ def render_report(
     for axis in AXES:
         if nothing_spent(curves, axis):
             title = AXIS_TITLES[axis]
-            console.print(f"{title[0].upper()}{title[1:]}: nothing spent (a local model).")
+            console.print(
+                f"{title[0].upper()}{title[1:]}: nothing spent (a local or scripted model is free)."
+            )
             continue
         mine = [c for c in curves if c.axis == axis]
         grid = table(_axis_heading(axis, gain, models[0] if len(models) == 1 else ""))
@@ -289,7 +291,7 @@ def report_markdown(
     for axis in AXES:
         lines += [f"### {_axis_heading(axis, gain)}", ""]
         if nothing_spent(curves, axis):
-            lines += ["Nothing spent (a local model).", ""]
+            lines += ["Nothing spent (a local or scripted model is free).", ""]
             continue
         lines += _markdown_table(*curve_table(curves, axis))
         name = plot_name(axis)

@@ -158,8 +158,8 @@ def test_a_free_axis_says_nothing_was_spent() -> None:
     run = [trial("a", 1.0, output_tokens=10, wall_s=1.0), trial("b", 0.0, output_tokens=20)]
     console = Console(record=True, width=200, color_system=None)
     render_report(run, console)
-    assert "Cost (USD): nothing spent (a local model)." in console.export_text()
-    assert "Nothing spent (a local model)." in report_markdown(run)
+    assert "Cost (USD): nothing spent (a local or scripted model is free)." in console.export_text()
+    assert "Nothing spent (a local or scripted model is free)." in report_markdown(run)
 
 
 def test_the_json_and_markdown_hold_the_same_figures() -> None:

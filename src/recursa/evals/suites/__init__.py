@@ -17,7 +17,8 @@ arguments) provides ``items`` and ``score(item, answer) -> float``:
 
 - ``items(lengths, n, seed)`` (the :class:`~recursa.evals.trials.Suite`
   protocol): it chooses its own items; or ``items()`` with no arguments: the
-  whole suite, of which a run takes the first ``n`` (``n <= 0``: all), at
+  whole suite, of which a run takes the first ``n`` (``n <= 0``: all, through
+  the API; the CLI's ``--n`` is at least 1), at
   length 0;
 - items are :class:`~recursa.evals.trials.Item` or dicts with ``id``,
   ``question`` and ``references`` and optionally ``context``, ``prompt``
