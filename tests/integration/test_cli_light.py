@@ -148,3 +148,16 @@ def test_the_check_sees_a_heavy_module(env: dict[str, str], tmp_path: Path) -> N
     # and loads the model catalogue to do so.
     _, modules = probe(["models", "--json"], env, tmp_path)
     assert heavy(modules, "models") != []
+
+
+def test_a_run_against_a_running_daemon_reads_no_configuration(
+    session: str, server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    # The daemon (started by the fixture) has its configuration: a run sent
+    # to it builds none, so a malformed file written now is not read.
+    (Path(env["RECURSA_HOME"]) / "config.toml").write_text("[limits]\nmax_steps = 'lots'\n")
+    server.push(Reply(text="again"))
+    out, modules = probe(["run", "--model", "openai/m", "once more"], env, tmp_path)
+    assert out.strip() == "again"
+    assert "recursa.config" not in modules
+    assert heavy(modules, "run") == []

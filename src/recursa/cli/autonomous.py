@@ -10,7 +10,6 @@ from recursa.cli.exits import (
     EXIT_NO_PROGRESS,
     EXIT_OK,
 )
-from recursa.config import parse_duration
 from recursa.errors import ProviderError, UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
 from recursa.protocol.wire import Autonomous
@@ -58,6 +57,8 @@ def plan(
         raise UsageError("--autonomous runs on its own: it takes no --interactive")
     if not gates:
         raise UsageError("--autonomous needs at least one --gate COMMAND")
+    from recursa.config import parse_duration  # an autonomous run only
+
     return Autonomous(
         gates=tuple(gates),
         max_turns=max_turns or None,

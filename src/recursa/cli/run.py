@@ -41,7 +41,7 @@ from recursa.cli.render import (
     usage_line,
 )
 from recursa.cli.terminal import printable
-from recursa.config import Config, color_enabled, load_config, parse_duration
+from recursa.environ import color_enabled
 from recursa.errors import UsageError
 from recursa.protocol.events import AutonomousEnded, TurnEnded
 from recursa.protocol.fields import check_session_name
@@ -54,6 +54,7 @@ from recursa.protocol.wire import (
 )
 
 if TYPE_CHECKING:
+    from recursa.config import Config
     from recursa.daemon.client import DaemonClient
 
 
@@ -146,7 +147,11 @@ def run(
     if context_file and not (task and task.strip()):
         raise UsageError("--context-file needs a TASK: it is what the agent is asked")
     files = read_context_files(context_file)
-    config = load_config()
+    # The configuration is read here only when this process hosts the runtime
+    # (--no-daemon): a running daemon has its own, and one started for this
+    # run reads it (a malformed file fails the start, in one line). Building
+    # its schema would cost every run ~50 ms.
+    config = _load_config() if no_daemon else None
     plan = autonomous_run.plan(
         autonomous, gate, max_turns, max_tokens, max_cost, max_time, gate_timeout, interactive
     )
@@ -155,7 +160,8 @@ def run(
     cell_limit = None
     if cell_timeout is not None:
         cell_limit = (
-            parse_duration(cell_timeout, key="--cell-timeout") or config.limits.cell_timeout
+            _seconds(cell_timeout, "--cell-timeout")
+            or (config or _load_config()).limits.cell_timeout
         )
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
@@ -173,9 +179,7 @@ def run(
         name=name,
         max_steps=max_steps,
         max_tokens=max_tokens,
-        max_time=parse_duration(max_time, key="--max-time") or 0.0
-        if max_time is not None
-        else None,
+        max_time=_seconds(max_time, "--max-time") or 0.0 if max_time is not None else None,
         cell_timeout=cell_limit,
         autonomous=plan,
         context_window=context_window,
@@ -185,8 +189,21 @@ def run(
     raise typer.Exit(code)
 
 
+def _load_config() -> Config:
+    from recursa.config import load_config
+
+    return load_config()
+
+
+def _seconds(value: str, key: str) -> float | None:
+    """Seconds from a duration flag; 0 means no limit (None)."""
+    from recursa.config import parse_duration
+
+    return parse_duration(value, key=key)
+
+
 async def _run(
-    config: Config,
+    config: Config | None,
     request: CreateSession,
     json_lines: bool,
     interactive: bool,
