@@ -38,17 +38,23 @@ class SocketProxy:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-        # A connection accepted just before the close has a handler task
-        # that has not yet run to register itself: let it, then end them all
-        # (a handler stays registered until its last await is over).
-        await asyncio.sleep(0)
-        while self._tasks:
+        server = self._server
+        assert server is not None
+        server.close()
+        # Handlers are ended before wait_closed (which, from Python 3.12, waits
+        # for every connection to close). A connection accepted just before the
+        # close registers its handler a few loop turns later, so this goes on
+        # until the server counts no connection (asyncio's own count: there is
+        # no public one) and no handler is left.
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while self._tasks or server._active_count:  # type: ignore[attr-defined]
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("the proxy's connections did not close within 10 s")
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.sleep(0)
+        await server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

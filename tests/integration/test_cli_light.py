@@ -161,3 +161,16 @@ def test_a_run_against_a_running_daemon_reads_no_configuration(
     assert out.strip() == "again"
     assert "recursa.config" not in modules
     assert heavy(modules, "run") == []
+
+
+def test_a_daemon_is_stopped_whatever_its_configuration_file_became(
+    session: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    home = Path(env["RECURSA_HOME"])
+    (home / "config.toml").write_text("[limits]\nmax_steps = 'lots'\n")
+    status = recursa(["daemon", "status"], env, tmp_path)
+    assert status.returncode == 0, status.stderr
+    stopped = recursa(["daemon", "stop"], env, tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "daemon stopped" in stopped.stdout
+    assert recursa(["daemon", "status"], env, tmp_path).returncode == 1

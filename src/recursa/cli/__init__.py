@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
-        from recursa.config import debug_enabled
+        from recursa.environ import debug_enabled
 
         if debug_enabled():
             traceback.print_exc()

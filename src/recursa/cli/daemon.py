@@ -12,7 +12,7 @@ import typer
 from recursa.cli import app
 from recursa.cli.common import ForceOpt
 from recursa.cli.exits import EXIT_FAILED
-from recursa.config import load_config
+from recursa.environ import home_dir
 from recursa.protocol.wire import DaemonStatus, to_json
 
 daemon_app = typer.Typer(help="The local daemon that owns every session.", no_args_is_help=True)
@@ -22,6 +22,7 @@ app.add_typer(daemon_app, name="daemon")
 @daemon_app.command("start")
 def start() -> None:
     """Start the daemon for RECURSA_HOME (sessions come back as they were)."""
+    from recursa.config import load_config
     from recursa.daemon import client as daemon
 
     config = load_config()
@@ -45,12 +46,12 @@ def status(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Whether a daemon runs, and what it holds. Exit 1 when none runs."""
     from recursa.daemon import client as daemon
 
-    config = load_config()
-    found = asyncio.run(daemon.daemon_status(config.home))
+    home = home_dir()  # the daemon's own configuration is not this call's business
+    found = asyncio.run(daemon.daemon_status(home))
     if json_out:
         print(json.dumps(status_json(found)))
     elif found is None:
-        print(f"no daemon is running for RECURSA_HOME {config.home}", file=sys.stderr)
+        print(f"no daemon is running for RECURSA_HOME {home}", file=sys.stderr)
     else:
         recovery = " (recovering)" if found.recovering else ""
         print(
@@ -90,6 +91,7 @@ def shutdown(
 def _shutdown(force: bool) -> None:
     from recursa.daemon import client as daemon
 
-    config = load_config()
-    pid = asyncio.run(daemon.stop_daemon(config.home, force=force))
+    # By the home alone: a daemon is stopped even when the configuration file
+    # was broken after it started.
+    pid = asyncio.run(daemon.stop_daemon(home_dir(), force=force))
     print(f"daemon stopped (pid {pid})")

@@ -157,12 +157,8 @@ def run(
     )
     if plan is not None:  # --max-tokens and --max-time bound the whole run, not each turn
         max_tokens = max_time = None
-    cell_limit = None
-    if cell_timeout is not None:
-        cell_limit = (
-            _seconds(cell_timeout, "--cell-timeout")
-            or (config or _load_config()).limits.cell_timeout
-        )
+    # --cell-timeout 0 is the default: None leaves it to the runtime's configuration.
+    cell_limit = _seconds(cell_timeout, "--cell-timeout") if cell_timeout is not None else None
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
     if detach and (no_daemon or interactive):
