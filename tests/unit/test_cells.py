@@ -81,3 +81,46 @@ def test_history_keeps_a_fenced_reply_only_up_to_its_first_block() -> None:
 def test_a_bare_final_answer_call_is_an_answer() -> None:
     assert final_answer('Done.\nfinal_answer("338350")') == "338350"
     assert final_answer("final_answer(42)") == "42"
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [
+        # The suggested cell copied without its fence, then prose copied from the prompt.
+        (
+            'search(context, "Question: who?")\nsearch again with other words if it is not there)',
+            'search(context, "Question: who?")',
+        ),
+        (
+            'x = search(context, "a")\nprint(x)\nThe answer is above.',
+            'x = search(context, "a")\nprint(x)',
+        ),
+        ('r = await rlm("look it up")', 'r = await rlm("look it up")'),
+        ("print(6 * 7)", "print(6 * 7)"),
+    ],
+)
+def test_a_bare_call_without_a_fence_runs_as_a_cell(reply: str, code: str) -> None:
+    parsed = parse_fenced(reply)
+    assert parsed.code == code
+    assert parsed.answer is None
+    assert parsed.kept == f"```python\n{code}\n```"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "4430567",
+        "Richard Strauss",
+        "yes",
+        "The answer is f(x).",
+        "result = 5",  # nothing called: a statement of the answer, not work
+        "import math",
+        "Paris: the capital",
+        'final_answer("Paris")',
+        "FINAL ANSWER: print(3)",
+    ],
+)
+def test_an_answer_that_merely_looks_like_python_stays_an_answer(reply: str) -> None:
+    parsed = parse_fenced(reply)
+    assert parsed.code is None
+    assert parsed.answer is not None

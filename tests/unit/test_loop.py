@@ -270,6 +270,18 @@ async def test_fenced_protocol() -> None:
     assert all(r.fenced for r in h.of(AssistantReply))
 
 
+async def test_a_fenced_reply_that_is_a_bare_call_runs_it_and_is_not_the_answer() -> None:
+    # A small model copies the suggested cell without its fence, and a line
+    # of the prompt after it: the call runs; the answer comes after its output.
+    h = Harness(fenced=True)
+    bare = 'print("Richard Strauss")\nsearch again with other words if it is not there)'
+    end = await h.turn("bare", [reply(bare), reply("Richard Strauss")])
+    assert (end.reason, end.answer) == ("answered", "Richard Strauss")
+    assert [c.code for c in h.of(CellStarted)] == ['print("Richard Strauss")']
+    assert [f.output for f in h.of(CellFinished)] == ["Richard Strauss\n"]
+    assert "```python" in str(h.script.requests[-1].messages)
+
+
 async def test_usage_and_cost_are_recorded_per_call() -> None:
     h = Harness()
     await h.turn(

@@ -110,9 +110,12 @@ def parse_fenced(text: str) -> FencedReply:
     """Find the reply's cell and its final answer.
 
     A reply with code runs its first block; an answer in the same reply is
-    ignored (the model has not seen the output yet). A reply without code is
-    an answer: the text after ``FINAL ANSWER:`` when the marker is present,
-    else the whole reply.
+    ignored (the model has not seen the output yet). A reply without a block
+    that begins with code a kernel runs, a call among it (the suggested
+    ``search(context, ...)`` copied without its fence, as small models do),
+    runs those lines (:func:`bare_code`). Any other reply without code is an
+    answer: the text after ``FINAL ANSWER:`` when the marker is present, else
+    the whole reply.
     """
     matches = [m for m in _FENCE.finditer(text) if m.group(2).strip()]
     if matches:
@@ -127,7 +130,51 @@ def parse_fenced(text: str) -> FencedReply:
         return FencedReply(
             code=body, ignored_blocks=len(matches) - 1, answer=None, kept=kept, complete=complete
         )
+    if not _FINAL.search(text) and not _FINAL_CALL.search(text):
+        bare = bare_code(text)
+        if bare is not None:
+            # The history shows it fenced: the form the model is asked for.
+            return FencedReply(
+                code=bare, ignored_blocks=0, answer=None, kept=f"```python\n{bare}\n```"
+            )
     return FencedReply(code=None, ignored_blocks=0, answer=final_answer(text), kept=text)
+
+
+_BARE_STATEMENTS = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom,
+    ast.For, ast.While, ast.If, ast.With,
+)  # fmt: skip
+
+
+_BARE_MAX_LINES = 40
+_CODE_START = re.compile(
+    r"\s*(?:(?:import|from|for|while|if|with|await)\s|[A-Za-z_][\w.]*\s*(?:\(|\[|=|[-+*/]=|:))"
+)
+_AST_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+def bare_code(text: str) -> str | None:
+    """The code a reply without a fence begins with: its longest run of leading
+    lines that compiles, when every statement there is one a cell is made of
+    (an expression, an assignment, an import, a loop, ...), and something is
+    called; else None. So ``search(context, "...")`` followed by a line of
+    copied prose runs the call, while answers such as ``4430567``,
+    ``Richard Strauss`` or ``yes`` stay answers (no call; not Python)."""
+    lines = text.strip().splitlines()[:_BARE_MAX_LINES]
+    if not lines or not _CODE_START.match(lines[0]):
+        return None  # prose: not tried line by line
+    for end in range(len(lines), 0, -1):
+        code = "\n".join(lines[:end]).rstrip()
+        try:
+            tree = compile(code, "<reply>", "exec", flags=_AST_FLAGS, dont_inherit=True)
+        except (SyntaxError, ValueError):
+            continue
+        if not tree.body or not all(isinstance(node, _BARE_STATEMENTS) for node in tree.body):
+            return None
+        if not any(isinstance(node, ast.Call) for node in ast.walk(tree)):
+            return None
+        return code
+    return None
 
 
 def final_answer(text: str) -> str:
@@ -269,6 +316,7 @@ __all__ = [
     "TOOL_NAME",
     "CellRequest",
     "FencedReply",
+    "bare_code",
     "check_tool_call",
     "compiles",
     "final_answer",
