@@ -49,6 +49,16 @@ The file, field by field::
                                         # interpreter) or an absolute path to one;
                                         # RECURSA_KERNEL_PYTHON overrides it
     hide = []                           # more directories kernels do not see (absolute paths)
+    backend = "local"                   # where kernels run: "local" (processes of this host) or
+                                        # "gateway" (a Jupyter Kernel/Enterprise Gateway, below);
+                                        # `recursa run --kernel-backend`, rlm(task, backend=)
+
+    [kernel.gateway]                    # kernels behind a Jupyter gateway (backend = "gateway")
+    url = "http://127.0.0.1:8888"       # the gateway's base URL
+    token_env = "RECURSA_GATEWAY_TOKEN" # the variable holding its token (or token = "...");
+                                        # the token stays in the daemon, never in a kernel
+    kernel_name = ""                    # the kernelspec to start ("" = the gateway's default);
+                                        # its Python must import recursa
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -103,6 +113,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -221,6 +232,22 @@ class Limits:
     output_chars: int = DEFAULT_OUTPUT_CHARS
 
 
+KernelBackend = Literal["local", "gateway"]
+KERNEL_BACKENDS: tuple[KernelBackend, ...] = ("local", "gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """``[kernel.gateway]``: a Jupyter Kernel Gateway or Enterprise Gateway.
+    ``token`` is a credential (from ``token_env`` or the file): it is scrubbed
+    like a provider key and never reaches a kernel."""
+
+    url: str
+    token: str = field(default="", repr=False)
+    token_env: str | None = None
+    kernel_name: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class KernelConfig:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -244,6 +271,10 @@ class KernelConfig:
     fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
     """Kernels are forked from a pre-imported parent (:mod:`recursa.kernel.forkserver`)
     where that works; False: every kernel is launched as a new process."""
+    backend: KernelBackend = "local"
+    """Where a session's kernel runs unless its run or ``rlm()`` call says otherwise."""
+    gateway: GatewayConfig | None = None
+    """The Jupyter gateway of the ``gateway`` backend, when one is configured."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +360,11 @@ class Config:
     @property
     def secrets(self) -> frozenset[str]:
         """Every credential value configured, for scrubbing."""
-        return frozenset(p.api_key for p in self.providers.values() if p.api_key)
+        keys = {p.api_key for p in self.providers.values() if p.api_key}
+        gateway = self.kernel.gateway
+        if gateway is not None and gateway.token:
+            keys.add(gateway.token)
+        return frozenset(keys)
 
 
 def parse_duration(value: object, *, key: str) -> float | None:
@@ -433,6 +468,20 @@ class LimitsTable(_Table):
     output_chars: Annotated[int, within(200, 100_000_000)] = DEFAULT_OUTPUT_CHARS
 
 
+def _gateway_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"a gateway URL is http(s)://HOST[:PORT][/BASE], not {value!r}")
+    return value
+
+
+class GatewayTable(_Table):
+    url: Annotated[str, AfterValidator(_gateway_url)]
+    token: str = ""
+    token_env: str = ""
+    kernel_name: str = ""
+
+
 class KernelTable(_Table):
     env_allow: list[str] = []
     hide: list[str] = []
@@ -461,6 +510,8 @@ class KernelTable(_Table):
     network: bool = True
     python: str = DEFAULT_KERNEL_PYTHON
     fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
+    backend: KernelBackend = "local"
+    gateway: GatewayTable | None = None
 
 
 class SessionsTable(_Table):
@@ -541,6 +592,9 @@ def load_config(
         raise ConfigError(f"{path}: {one_line(exc, root=ConfigFile, mapping='a table')}") from None
     providers = _providers(data.providers, environ, path)
     kernel = data.kernel
+    gateway = _gateway(kernel.gateway, environ, path)
+    if kernel.backend == "gateway" and gateway is None:
+        raise ConfigError(f'{path}: kernel.backend = "gateway" needs a [kernel.gateway] url')
     limits = data.limits
     sessions = data.sessions
     harness = data.harness
@@ -574,6 +628,8 @@ def load_config(
             python=_kernel_python(environ.get("RECURSA_KERNEL_PYTHON") or kernel.python, path),
             hide=tuple(_hidden_dir(value, path) for value in kernel.hide),
             fork_server=kernel.fork_server,
+            backend=kernel.backend,
+            gateway=gateway,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -596,6 +652,27 @@ def load_config(
             if data.local.models_dir
             else _cache_dir(environ) / "models",
         ),
+    )
+
+
+def _gateway(
+    table: GatewayTable | None, environ: Mapping[str, str], path: Path
+) -> GatewayConfig | None:
+    """``[kernel.gateway]``, with its token read from ``token_env`` when named."""
+    if table is None:
+        return None
+    token = table.token
+    if table.token_env:
+        token = environ.get(table.token_env, "")
+        if not token:
+            raise ConfigError(
+                f"{path}: kernel.gateway.token_env: the variable {table.token_env} is not set"
+            )
+    return GatewayConfig(
+        url=table.url,
+        token=token,
+        token_env=table.token_env or None,
+        kernel_name=table.kernel_name,
     )
 
 

@@ -29,7 +29,9 @@ def _restore(path: str) -> dict[str, Any]:
     return namespace.restore(hooks.restore_hooks, path)
 
 
-def _chdir(path: str) -> dict[str, Any]:
+def _chdir(path: str, create: bool = False) -> dict[str, Any]:
+    if create:  # a gateway's kernel: the same path on its own host, made when missing
+        os.makedirs(path, mode=0o700, exist_ok=True)
     os.chdir(path)
     return {}
 

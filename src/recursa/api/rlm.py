@@ -144,13 +144,14 @@ class Status(str):
 class Rlm:
     """Sub-agents: child sessions that run concurrently with you.
 
-    ``handle = await rlm(task, name=None, model=None, spec=None, budget=None)``
+    ``handle = await rlm(task, name=None, model=None, spec=None, budget=None, backend=None)``
         Start a child on ``task`` and return its SubagentHandle at once (it
         never waits for the child). ``name``: how you and its siblings address
         it (``child:NAME``); ``model``: its model (default: yours); ``spec``: a
         sub-agent spec to start from; ``budget``: limits for its whole subtree,
         a dict of ``tokens``, ``cost`` (USD), ``steps``, ``time`` (seconds or
-        "10m", "1h30m").
+        "10m", "1h30m"); ``backend``: where its kernel runs, "local" or
+        "gateway" (default: where yours does).
         Its final answer comes to your inbox as a message, and from
         ``await handle.result()``.
     ``await rlm.list_subagents()``            your children (deleted ones too), oldest first.
@@ -165,15 +166,19 @@ class Rlm:
         model: str | None = None,
         spec: str | None = None,
         budget: Mapping[str, float | str] | None = None,
+        backend: str | None = None,
     ) -> SubagentHandle:
         """Start a child session on ``task``; its SubagentHandle, at once."""
         __tracebackhide__ = True
+        if backend is not None and backend not in ("local", "gateway"):
+            raise ValueError(f"backend is 'local' or 'gateway', not {backend!r}")
         body: dict[str, Any] = {
             "task": _text(task, "task"),
             "name": _option(name, "name"),
             "model": _option(model, "model"),
             "spec": _option(spec, "spec"),
             "budget": check_budget(budget),
+            "backend": backend,
         }
         data = await client.run("spawn", body, what="rlm()")
         return SubagentHandle(_handle(data))

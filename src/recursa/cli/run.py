@@ -133,6 +133,14 @@ def run(
         str | None, typer.Option(help="With --autonomous: time limit per gate (default 10m).")
     ] = None,
     context_file: ContextFileOpt = None,
+    kernel_backend: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel-backend",
+            help="Where the session's kernels run: local, or gateway ([kernel.gateway] in "
+            "config.toml). Default: [kernel] backend.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on TASK in a persistent kernel and print its answer.
 
@@ -166,6 +174,8 @@ def run(
     cell_limit = _seconds(cell_timeout, "--cell-timeout") if cell_timeout is not None else None
     if cwd is not None and not cwd.is_dir():
         raise UsageError(f"--cwd {cwd}: not a directory")
+    if kernel_backend is not None and kernel_backend not in ("local", "gateway"):
+        raise UsageError(f"--kernel-backend is local or gateway, not {kernel_backend!r}")
     if detach and (no_daemon or interactive):
         raise UsageError("--detach needs the daemon and no --interactive")
     if name is not None:
@@ -185,6 +195,7 @@ def run(
         autonomous=plan,
         context_window=context_window,
         context_files=files,
+        kernel_backend=kernel_backend,  # type: ignore[arg-type]  # checked above
     )
     code = asyncio.run(_run(config, request, json_lines, interactive, detach, local=no_daemon))
     raise typer.Exit(code)

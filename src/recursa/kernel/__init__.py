@@ -7,6 +7,7 @@ of :mod:`recursa.kernel.types`.
 """
 
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
+from recursa.kernel.gateway import GatewayClient, GatewaySettings
 from recursa.kernel.pool import KernelPool
 from recursa.kernel.process import (
     ATTACH_TIMEOUT,
@@ -15,6 +16,7 @@ from recursa.kernel.process import (
     AttachOutcome,
     Kernel,
 )
+from recursa.kernel.remote import is_gateway_kernel
 from recursa.kernel.types import (
     CellOutput,
     ExecStatus,
@@ -35,6 +37,8 @@ __all__ = [
     "AttachOutcome",
     "CellOutput",
     "ExecStatus",
+    "GatewayClient",
+    "GatewaySettings",
     "Kernel",
     "KernelPool",
     "OutputPart",
@@ -43,5 +47,6 @@ __all__ = [
     "SnapshotReport",
     "bound_text",
     "clean_text",
+    "is_gateway_kernel",
     "strip_ansi",
 ]

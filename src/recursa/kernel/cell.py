@@ -25,6 +25,7 @@ from recursa.kernel.notes import (
     settled,
     stuck,
 )
+from recursa.kernel.remote import GatewayProcess
 from recursa.kernel.types import CellOutput, ExecStatus
 from recursa.kernel.wire import JSONDict
 
@@ -57,7 +58,7 @@ class Run:
 
 
 async def run_cell(
-    proc: KernelProcess,
+    proc: KernelProcess | GatewayProcess,
     code: str,
     limit: float,
     run: Run,

@@ -30,6 +30,7 @@ from typing import Any
 from recursa.errors import KernelError
 from recursa.kernel import exchange
 from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess
+from recursa.kernel.remote import GatewayProcess
 from recursa.kernel.types import RestoreReport, SnapshotReport
 from recursa.kernel.wire import JSONDict
 
@@ -122,7 +123,7 @@ class HarnessCommands:
     with its cells by its lock. A dead kernel is restarted first (by
     :meth:`_ensure_alive`), except for a snapshot."""
 
-    _proc: KernelProcess
+    _proc: KernelProcess | GatewayProcess
     _lock: asyncio.Lock
     _started: bool
     _cwd: Path
@@ -141,7 +142,11 @@ class HarnessCommands:
         async with self._lock:
             self._check_open()
             await self._ensure_alive()
-            await self._command(f"could not move the kernel to {cwd}", "chdir", path=str(cwd))
+            # A gateway's kernel works in the same path on its own host, made
+            # there when missing (README: kernels behind a gateway).
+            remote = isinstance(self._proc, GatewayProcess)
+            failure = f"could not move the kernel to {cwd}"
+            await self._command(failure, "chdir", path=str(cwd), create=remote)
             self._cwd = cwd
 
     async def export_env(self, env: Mapping[str, str]) -> None:

@@ -34,6 +34,7 @@ from recursa.errors import KernelError
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS
 from recursa.kernel.commands import absolute
 from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.gateway import GatewayClient
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
@@ -57,6 +58,8 @@ class KernelPool:
     (:meth:`set_api_socket` changes it for the kernels launched after).
     With ``fork_server`` kernels are forked from pre-imported zygotes, one per
     workspace and binding (:mod:`recursa.kernel.forkserver`), where that works.
+    With ``gateway`` every kernel is one of that Jupyter gateway's
+    (:mod:`recursa.kernel.remote`): no fork server, no local sandbox.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class KernelPool:
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         fork_server: bool = False,
+        gateway: GatewayClient | None = None,
     ) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
@@ -94,6 +98,10 @@ class KernelPool:
         """Spares discarded and not yet known to be stopped: a discard cancelled
         by :meth:`aclose` (even before it began) must not leave one running."""
         self._closed = False
+        self._gateway = gateway
+        if gateway is not None:
+            # The gateway's host runs and confines its kernels.
+            fork_server, sandbox = False, NO_SANDBOX
         self._forks = ForkServers(self._runtime_dir, self._env) if fork_server else None
         self._sandbox = sandbox
         self._api_socket = api_socket
@@ -194,6 +202,7 @@ class KernelPool:
             sandbox=self._sandbox,
             api_socket=self._api_socket,
             forks=self._forks,
+            gateway=self._gateway,
         )
 
     async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
@@ -241,6 +250,8 @@ class KernelPool:
         spares, self._spares = self._spares + list(self._leaving), []
         self._leaving.clear()
         await asyncio.gather(*(k.shutdown() for k in spares), return_exceptions=True)
+        if self._gateway is not None:
+            await self._gateway.aclose()
         if self._forks is not None:
             # Kernels handed out live on; their zygotes stay until they end,
             # and their restarts are launched the usual way.
@@ -269,6 +280,7 @@ class KernelPool:
             sandbox=self._sandbox,
             api_socket=self._api_socket,
             forks=self._forks,
+            gateway=self._gateway,
         )
 
     def _fits(self, kernel: Kernel) -> bool:

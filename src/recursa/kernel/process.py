@@ -49,7 +49,9 @@ from recursa.kernel.cell import Run, StopReason, run_cell
 from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCollector
 from recursa.kernel.commands import HarnessCommands, absolute
 from recursa.kernel.forkserver import ForkServers
+from recursa.kernel.gateway import GatewayClient
 from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.remote import GATEWAY_PREFIX, GatewayProcess
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.kernel.types import CellOutput
 
@@ -112,22 +114,30 @@ class Kernel(HarnessCommands):
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         forks: ForkServers | None = None,
+        gateway: GatewayClient | None = None,
+        kernel_id: str | None = None,
     ) -> None:
         self._cwd = absolute(cwd)
         self.interrupt_grace = interrupt_grace
         self.max_output_chars = max_output_chars
-        runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
-        self._proc = KernelProcess(
-            env,
-            python=python,
-            runtime_dir=runtime,
-            startup_timeout=startup_timeout,
-            connection_file=connection_file,
-            sandbox=sandbox,
-            api_socket=api_socket,
-            workspace=self._cwd,
-            forks=forks,
-        )
+        self._proc: KernelProcess | GatewayProcess
+        if gateway is not None:
+            self._proc = GatewayProcess(
+                gateway, startup_timeout=startup_timeout, kernel_id=kernel_id, workspace=self._cwd
+            )
+        else:
+            runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
+            self._proc = KernelProcess(
+                env,
+                python=python,
+                runtime_dir=runtime,
+                startup_timeout=startup_timeout,
+                connection_file=connection_file,
+                sandbox=sandbox,
+                api_socket=api_socket,
+                workspace=self._cwd,
+                forks=forks,
+            )
         self._lock = asyncio.Lock()
         self._running = False
         self._stop: StopReason | None = None
@@ -154,6 +164,16 @@ class Kernel(HarnessCommands):
     @property
     def connection_file(self) -> Path:
         return self._proc.connection_file
+
+    @property
+    def kernel_id(self) -> str | None:
+        """The gateway's id of this kernel; None for a local kernel."""
+        return self._proc.kernel_id if isinstance(self._proc, GatewayProcess) else None
+
+    @property
+    def backend(self) -> str:
+        """Where the kernel runs: ``local`` or ``gateway``."""
+        return "gateway" if isinstance(self._proc, GatewayProcess) else "local"
 
     @property
     def workspace(self) -> Path | None:
@@ -214,6 +234,7 @@ class Kernel(HarnessCommands):
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         forks: ForkServers | None = None,
+        gateway: GatewayClient | None = None,
     ) -> Kernel:
         """Take over the live kernel ``pid`` that an earlier process started
         with ``connection_file``; its namespace is untouched.
@@ -231,7 +252,13 @@ class Kernel(HarnessCommands):
         (the session's allow-listed environment) are what its restarts get,
         and its death is noticed at once; its restarts run in ``sandbox``,
         with ``cwd`` as their workspace.
+
+        With ``gateway``, ``connection_file`` is ``gateway:<kernel id>`` (what
+        :attr:`connection_file` says of a gateway kernel) and ``pid`` is not used.
         """
+        kernel_id = None
+        if gateway is not None:
+            kernel_id = str(connection_file).removeprefix(GATEWAY_PREFIX)
         kernel = cls(
             cwd,
             env,
@@ -243,6 +270,8 @@ class Kernel(HarnessCommands):
             sandbox=sandbox,
             api_socket=api_socket,
             forks=forks,
+            gateway=gateway,
+            kernel_id=kernel_id,
         )
         async with kernel._lock:
             await kernel._take_over(pid, answer_within)
@@ -251,7 +280,11 @@ class Kernel(HarnessCommands):
     async def _take_over(self, pid: int, answer_within: float) -> None:
         proc = self._proc
         loop = asyncio.get_running_loop()
-        await proc.adopt(pid, answer_within)
+        if isinstance(proc, GatewayProcess):
+            assert proc.kernel_id is not None
+            await proc.adopt(proc.kernel_id, answer_within)
+        else:
+            await proc.adopt(pid, answer_within)
         self._started = True
         try:
             if await proc.answers_shell(loop.time() + IDLE_PROBE):

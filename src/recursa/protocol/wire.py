@@ -136,6 +136,10 @@ class Autonomous:
     gate_timeout: Seconds | None = None
 
 
+KernelBackend = Literal["local", "gateway"]
+"""Where a session's kernels run: processes of the daemon's host, or a Jupyter gateway's."""
+
+
 @dataclass(frozen=True, slots=True)
 class ContextFile:
     """A text given with a task (``recursa run --context-file``): the session
@@ -168,6 +172,8 @@ class CreateSession:
     """Tokens: overrides the model's window for compaction (``--context-window``)."""
     context_files: ContextFiles = ()
     """Put in the kernel with the task (which they need)."""
+    kernel_backend: KernelBackend | None = None
+    """Where the session's kernels run (``--kernel-backend``); None: ``[kernel] backend``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +238,8 @@ class Spawn:
     model: FilledName | None = None
     spec: FilledName | None = None
     budget: Budget | None = None
+    backend: KernelBackend | None = None
+    """Where the child's kernels run; None: where its parent's do."""
 
 
 @dataclass(frozen=True, slots=True)

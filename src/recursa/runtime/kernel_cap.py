@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from recursa.kernel import Kernel, KernelPool
+from recursa.errors import KernelError
+from recursa.kernel import Kernel, KernelPool, is_gateway_kernel
 
 if TYPE_CHECKING:
     from recursa.runtime.tree import Pulse
@@ -97,6 +98,8 @@ class KernelCap:
         reserve: int = MEMORY_RESERVE,
     ) -> None:
         self.pool = pool
+        self.gateway: KernelPool | None = None
+        """The pool of the ``gateway`` backend, when a gateway is configured."""
         self.limit = limit
         self.live = 0
         self.peak = 0
@@ -108,22 +111,38 @@ class KernelCap:
         self._pulse = pulse
         self._freed = asyncio.Event()
 
-    async def acquire(self, cwd: Path) -> Kernel:
+    async def acquire(self, cwd: Path, backend: str = "local") -> Kernel:
+        """A kernel of ``backend`` once there is room: gateway kernels count
+        against the cap too (it bounds the kernels one daemon drives)."""
+        pool = self._pool(backend)
         await self._room()
         try:
-            return await self.pool.acquire(cwd)
+            return await pool.acquire(cwd)
         except BaseException:
             self.release()
             raise
 
     async def attach(self, connection_file: Path, pid: int, cwd: Path) -> Kernel:
         # A kernel that survived a crash is alive already: count it, never refuse it.
+        pool = self._pool("gateway" if is_gateway_kernel(connection_file) else "local")
         self._take()
         try:
-            return await self.pool.attach(connection_file, pid, cwd)
+            return await pool.attach(connection_file, pid, cwd)
         except BaseException:
             self.release()
             raise
+
+    def _pool(self, backend: str) -> KernelPool:
+        if backend == "local":
+            return self.pool
+        if backend == "gateway" and self.gateway is not None:
+            return self.gateway
+        if backend == "gateway":
+            raise KernelError(
+                "no kernel gateway is configured: add [kernel.gateway] url to config.toml "
+                "and restart the daemon"
+            )
+        raise KernelError(f"unknown kernel backend {backend!r} (local or gateway)")
 
     def release(self) -> None:
         """A kernel stopped: its slot is free."""

@@ -202,6 +202,7 @@ class PeopleApi:
             name=request.name,
             limits=limits,
             context_window=request.context_window,
+            kernel_backend=request.kernel_backend,
         )
         attachments = attachments_of(request.context_files)
         if spec is not None:

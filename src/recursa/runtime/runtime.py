@@ -31,8 +31,8 @@ from types import TracebackType
 
 from recursa.config import Config, Limits
 from recursa.control.budget import Budgets
-from recursa.errors import ModelUnavailable, StoreError
-from recursa.kernel import KernelPool
+from recursa.errors import ModelUnavailable, StoreError, UsageError
+from recursa.kernel import GatewayClient, GatewaySettings, KernelPool
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.sandbox import SandboxPolicy
 from recursa.kernel.venv import resolve_kernel_python
@@ -95,6 +95,9 @@ class Runtime:
             kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
         )
         """Every session's kernels pass here: at most ``[sessions] max_kernels`` live."""
+        self.gateway_kernels = _gateway_pool(config, self.tasks)
+        """The kernels of the ``gateway`` backend, when ``[kernel.gateway]`` is configured."""
+        self.kernel_cap.gateway = self.gateway_kernels
         self.tree = Tree(self, clock=clock)
         self.learning = Learning(self)
         self.autonomy = Autonomy(self)
@@ -206,6 +209,7 @@ class Runtime:
         name: str | None = None,
         limits: Limits | None = None,
         context_window: int | None = None,
+        kernel_backend: str | None = None,
     ) -> Session:
         """Admit a new root session. The model is resolved (and its provider
         checked) before anything is written, so a bad model leaves no trace.
@@ -214,8 +218,9 @@ class Runtime:
         ref = self.default_model(model)
         self.providers.info(ref)  # raises ModelUnavailable before anything is written
         check_context_window(context_window)
+        backend = self.kernel_backend(kernel_backend)
         cwd = (cwd or Path.cwd()).resolve()
-        meta: dict[str, JSONValue] = {}
+        meta: dict[str, JSONValue] = {"kernel_backend": backend}
         if limits is not None:
             meta["limits"] = asdict(limits)
         if context_window is not None:
@@ -236,6 +241,21 @@ class Runtime:
         session = self._build(row)
         self._sessions[row.id] = session
         return session
+
+    def kernel_backend(self, requested: str | None, inherited: str | None = None) -> str:
+        """The kernel backend a new session gets: ``requested``, else
+        ``inherited`` (a child's parent's), else ``[kernel] backend``. A
+        gateway with none configured is a one-line UsageError, before anything
+        is written."""
+        backend = requested or inherited or self.config.kernel.backend
+        if backend not in ("local", "gateway"):
+            raise UsageError(f"unknown kernel backend {backend!r}: local or gateway")
+        if backend == "gateway" and self.gateway_kernels is None:
+            raise UsageError(
+                "no kernel gateway is configured: add [kernel.gateway] url to config.toml "
+                "and restart the daemon (recursa daemon stop)"
+            )
+        return backend
 
     def get(self, session_id: str) -> Session:
         """The session object for ``session_id`` (an exact id), made from the store
@@ -296,6 +316,7 @@ class Runtime:
             inline_input_share=self.config.sessions.inline_input_share,
             compaction=self.config.sessions.compaction,
             prestart_kernel=row.parent_id is None,
+            kernel_backend=str(row.meta.get("kernel_backend") or "local"),
         )
         session = Session(row.id, Path(row.cwd), deps)
         session.status = row.status
@@ -387,6 +408,8 @@ class Runtime:
                 log.error("closing session %s failed: %s", session.id, result)
         try:
             await self.kernels.aclose()
+            if self.gateway_kernels is not None:
+                await self.gateway_kernels.aclose()
         finally:
             try:
                 if self._checkpoints is not None:
@@ -402,6 +425,25 @@ class Runtime:
         if left:
             log.warning("cancelling tasks still running at close: %s", ", ".join(left))
         await self.tasks.aclose()
+
+
+def _gateway_pool(config: Config, tasks: Supervisor) -> KernelPool | None:
+    """The pool of gateway kernels (no spares: a gateway starts one in about a
+    second, and an idle one would hold the cluster's memory), or None."""
+    gateway = config.kernel.gateway
+    if gateway is None:
+        return None
+    settings = GatewaySettings(gateway.url, gateway.token, gateway.kernel_name)
+    return KernelPool(
+        {},
+        size=0,
+        runtime_dir=config.home / "kernels",
+        startup_timeout=config.kernel.startup_timeout,
+        interrupt_grace=config.kernel.interrupt_grace,
+        max_output_chars=config.kernel.max_output_chars,
+        tasks=tasks.group("gateway kernels"),
+        gateway=GatewayClient(settings),
+    )
 
 
 def _limits(row: SessionRow, default: Limits) -> Limits:

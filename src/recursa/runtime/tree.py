@@ -116,7 +116,11 @@ class Tree:
         self._check_room(caller)
         if not isinstance(request.task, str) or not request.task.strip():
             raise UsageError("rlm() needs a task: a non-empty string")
-        meta: dict[str, object] = {"depth": depth}
+        inherited = parent.meta.get("kernel_backend")
+        backend = self.runtime.kernel_backend(
+            request.backend, inherited if isinstance(inherited, str) else None
+        )
+        meta: dict[str, object] = {"depth": depth, "kernel_backend": backend}
         if request.spec is not None:
             request = self._apply_spec(caller, request, meta)
         model = request.model or parent.model

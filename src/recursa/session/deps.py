@@ -74,6 +74,8 @@ class SessionDeps:
     compaction: bool = True
     """False: the context is never compacted by itself (``[sessions] compaction``)."""
     prestart_kernel: bool = True
+    kernel_backend: str = "local"
+    """Where the session's kernels run (``local`` or ``gateway``), chosen at its creation."""
     """Start getting a kernel as a turn begins (a root session: its first cell
     then finds it ready); False: on the first cell (sub-agents, many of which
     never run one)."""

@@ -44,7 +44,7 @@ class KernelSource(Protocol):
     """Where kernels come from (the runtime's pool behind its cap), how to
     reattach one, and how to say one stopped (its slot is free again)."""
 
-    async def acquire(self, cwd: Path) -> Kernel: ...
+    async def acquire(self, cwd: Path, backend: str = "local") -> Kernel: ...
 
     async def attach(self, connection_file: Path, pid: int, cwd: Path) -> Kernel: ...
 
@@ -61,9 +61,18 @@ class SlotDeps:
     limits: Limits
     snapshot_max_bytes: int
     kernel_env: Callable[[], Mapping[str, str]] | None = None
+    backend: str = "local"
+    """Where the session's kernels run: ``local`` or ``gateway``."""
     prelude: Callable[[], tuple[str, str] | None] | None = None
     """``(digest, code)`` to run silently in the kernel before a cell whenever
     the digest changed or the kernel is new (the harness's skills), or None."""
+
+
+def _which(kernel: Kernel) -> str:
+    """The kernel as a status line names it: its pid, or its gateway id."""
+    if kernel.kernel_id is not None:
+        return f"gateway kernel {kernel.kernel_id}"
+    return f"kernel pid {kernel.pid}"
 
 
 class KernelSlot:
@@ -103,14 +112,14 @@ class KernelSlot:
             raise
 
     async def _obtain(self) -> Kernel:
-        kernel = await self.deps.kernels.acquire(self.cwd)
+        kernel = await self.deps.kernels.acquire(self.cwd, self.deps.backend)
         try:
             self._remember(kernel)
             await self._export(kernel)
             if self.snapshot_path.exists():
                 await self._restore(kernel)
             else:
-                self.deps.record(KernelStatus(state="ready", detail=f"kernel pid {kernel.pid}"))
+                self.deps.record(KernelStatus(state="ready", detail=_which(kernel)))
         except BaseException:
             # Failed or cancelled half way: the kernel belongs to nobody, so
             # it is stopped and its place under the cap given back.
@@ -147,7 +156,7 @@ class KernelSlot:
         self._dirty = True  # cells may have run after its last snapshot
         self.deps.record(
             KernelStatus(
-                state="reattached", detail=f"kernel pid {row.pid} survived; its variables are kept"
+                state="reattached", detail=f"{_which(kernel)} survived; its variables are kept"
             )
         )
         return True
@@ -171,8 +180,10 @@ class KernelSlot:
         self._bound = key
 
     def _remember(self, kernel: Kernel) -> None:
-        if kernel.pid is not None:
-            self.deps.store.kernels.record(self.session_id, kernel.pid, str(kernel.connection_file))
+        # A gateway kernel has no pid here: its record is its id (a restart keeps it).
+        if kernel.pid is not None or kernel.kernel_id is not None:
+            pid = kernel.pid or 0
+            self.deps.store.kernels.record(self.session_id, pid, str(kernel.connection_file))
 
     async def _export(self, kernel: Kernel) -> None:
         """Give the kernel what its API needs (socket, token): after every start."""

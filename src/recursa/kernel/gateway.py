@@ -1,0 +1,438 @@
+"""Kernels behind a Jupyter gateway: its REST API and its channels WebSocket.
+
+Jupyter Kernel Gateway and Jupyter Enterprise Gateway serve the same API
+(jupyter_server's): ``/api/kernels`` starts, lists, interrupts, restarts and
+deletes kernels, and ``/api/kernels/<id>/channels`` is one WebSocket that
+carries the shell, iopub, stdin and control channels as JSON messages, each
+naming its ``channel``. The gateway signs and checks the ZeroMQ messages; on
+the WebSocket a message is plain JSON, authenticated by the connection
+(``Authorization: token T``).
+
+:class:`GatewayClient` is the REST side (httpx2, the SDKs' HTTP stack);
+:class:`GatewayChannels` the WebSocket (tornado's client, which jupyter_server
+itself is built on), with the same surface and the same guarantees as the
+local :class:`~recursa.kernel.wire.Channels`: one wait for whatever happens
+next, only what a request in flight asked for is kept, and a bounded backlog
+(the reader stops reading while the request's reader is behind, so the
+gateway's socket fills and a flooding kernel slows down).
+
+What the gateway sends is checked as what a kernel sends is: a message that
+is not a JSON object of the protocol's shape is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import uuid
+from collections import deque
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from recursa.errors import KernelError, one_line
+from recursa.kernel.wire import IOPUB_BACKLOG, JSONDict, Message, execute_content
+
+if TYPE_CHECKING:
+    import httpx2
+    from tornado.websocket import WebSocketClientConnection
+
+REQUEST_TIMEOUT = 30.0
+"""Seconds a REST call to the gateway may take (starting a kernel included)."""
+CONNECT_TIMEOUT = 10.0
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest WebSocket message read; a kernel's stream messages are far smaller."""
+PROTOCOL_VERSION = "5.3"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Where the gateway is and how to speak to it. ``token`` is a credential:
+    it stays in the daemon (never a kernel's environment, nor a transcript).
+    ``kernel_name`` is the kernelspec the gateway starts ("": its default);
+    its Python must be able to import recursa."""
+
+    url: str
+    token: str = ""
+    kernel_name: str = ""
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"a kernel gateway URL is http(s)://HOST[:PORT][/BASE], not {self.url!r}"
+            )
+
+    def __repr__(self) -> str:  # the token stays out of logs and tracebacks
+        return f"GatewaySettings(url={self.url!r}, kernel_name={self.kernel_name!r})"
+
+    @property
+    def base(self) -> str:
+        return self.url.rstrip("/")
+
+    def channels_url(self, kernel_id: str) -> str:
+        parts = urlsplit(self.base)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        path = f"{parts.path}/api/kernels/{quote(kernel_id, safe='')}/channels"
+        return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"} if self.token else {}
+
+
+class KernelGone(KernelError):
+    """The gateway has no kernel of that id (it was deleted, or culled)."""
+
+
+class GatewayClient:
+    """The gateway's REST API, one :class:`httpx2.AsyncClient` per event loop.
+
+    Every failure is a :class:`KernelError` in one line that names the
+    gateway: unreachable, a refused token, an answer that is not the API's.
+    """
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self._http: httpx2.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start_kernel(self, env: dict[str, str] | None = None) -> str:
+        """Start a kernel; return its id (it is starting, not yet ready)."""
+        body: JSONDict = {}
+        if self.settings.kernel_name:
+            body["name"] = self.settings.kernel_name
+        if env:
+            body["env"] = env
+        data = await self._call("POST", "/api/kernels", body, what="start a kernel")
+        kernel_id = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(kernel_id, str) or not kernel_id:
+            raise KernelError(f"the kernel gateway at {self.settings.base} sent no kernel id")
+        return kernel_id
+
+    async def kernel(self, kernel_id: str) -> JSONDict:
+        """The gateway's model of kernel ``kernel_id``; :class:`KernelGone` if none."""
+        data = await self._call("GET", self._path(kernel_id), what="find a kernel")
+        if not isinstance(data, dict):
+            raise KernelError(f"the kernel gateway at {self.settings.base} sent a malformed kernel")
+        return data
+
+    async def kernels(self) -> list[JSONDict]:
+        data = await self._call("GET", "/api/kernels", what="list kernels")
+        return [k for k in data if isinstance(k, dict)] if isinstance(data, list) else []
+
+    async def interrupt(self, kernel_id: str) -> None:
+        await self._call(
+            "POST", self._path(kernel_id) + "/interrupt", {}, what="interrupt a kernel"
+        )
+
+    async def restart(self, kernel_id: str) -> None:
+        """A new process for the same kernel id (its namespace is gone)."""
+        await self._call("POST", self._path(kernel_id) + "/restart", {}, what="restart a kernel")
+
+    async def delete(self, kernel_id: str) -> None:
+        """Stop the kernel; one already gone is no error."""
+        with contextlib.suppress(KernelGone):
+            await self._call("DELETE", self._path(kernel_id), what="stop a kernel")
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None and self._loop is asyncio.get_running_loop():
+            await http.aclose()
+
+    @staticmethod
+    def _path(kernel_id: str) -> str:
+        return f"/api/kernels/{quote(kernel_id, safe='')}"
+
+    def _client(self) -> httpx2.AsyncClient:
+        import httpx2
+
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._loop is not loop:
+            self._http = httpx2.AsyncClient(
+                base_url=self.settings.base,
+                headers=self.settings.headers(),
+                timeout=httpx2.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT),
+                trust_env=False,
+            )
+            self._loop = loop
+        return self._http
+
+    async def _call(
+        self, method: str, path: str, body: JSONDict | None = None, *, what: str
+    ) -> Any:
+        import httpx2
+
+        where = self.settings.base
+        try:
+            response = await self._client().request(method, path, json=body)
+        except httpx2.TimeoutException:
+            raise KernelError(
+                f"the kernel gateway at {where} did not answer in time (to {what})"
+            ) from None
+        except httpx2.TransportError as exc:
+            raise KernelError(
+                f"cannot reach the kernel gateway at {where} (to {what}): {exc}"
+            ) from None
+        status = response.status_code
+        if status in (401, 403):
+            raise KernelError(f"the kernel gateway at {where} refused the token (HTTP {status})")
+        if status == 404 and path.startswith("/api/kernels/"):
+            raise KernelGone(f"the kernel gateway at {where} has no such kernel")
+        if status >= 400:
+            detail = _detail(response)
+            raise KernelError(
+                f"the kernel gateway at {where} failed to {what}: HTTP {status}{detail}"
+            )
+        if status == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise KernelError(f"the kernel gateway at {where} sent a malformed answer") from None
+
+
+def _detail(response: httpx2.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return ""
+    message = data.get("message") or data.get("reason") if isinstance(data, dict) else None
+    return f" ({one_line(str(message), limit=300)})" if message else ""
+
+
+class GatewayChannels:
+    """The channels of one gateway kernel over its WebSocket, driven from one
+    event loop (see :class:`recursa.kernel.wire.Channels`: the same surface).
+
+    ``on_comm``, when set, receives every ``comm_msg`` on iopub at any time
+    (the kernel API's requests), never kept with a request's iopub.
+    ``on_status`` receives each ``execution_state`` the kernel publishes
+    (``restarting`` and ``dead`` tell of a kernel that died).
+    """
+
+    def __init__(self, ws: WebSocketClientConnection, loop: asyncio.AbstractEventLoop) -> None:
+        self._ws = ws
+        self._loop = loop
+        self._session = uuid.uuid4().hex
+        self._open = False
+        self._keep_iopub = False
+        self._sent: set[str] = set()
+        self._iopub: deque[Message] = deque()
+        self._replies: dict[str, Message] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+        self._pending = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+        """The WebSocket is closed (by either side)."""
+        self.on_comm: Callable[[Message], None] | None = None
+        self.on_status: Callable[[str], None] | None = None
+        self._reader = loop.create_task(self._read(), name="recursa-gateway-channels")
+
+    @classmethod
+    async def connect(
+        cls, settings: GatewaySettings, kernel_id: str, *, within: float = CONNECT_TIMEOUT
+    ) -> GatewayChannels:
+        """Open the kernel's channels WebSocket; :class:`KernelError` in one line."""
+        from tornado.httpclient import HTTPClientError, HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        request = HTTPRequest(
+            settings.channels_url(kernel_id),
+            headers=settings.headers(),
+            connect_timeout=within,
+            request_timeout=within,
+        )
+        where = settings.base
+        try:
+            ws = await websocket_connect(request, max_message_size=MAX_MESSAGE_BYTES)
+        except HTTPClientError as exc:
+            if exc.code in (401, 403):
+                raise KernelError(
+                    f"the kernel gateway at {where} refused the token (HTTP {exc.code})"
+                ) from None
+            if exc.code == 404:
+                raise KernelGone(f"the kernel gateway at {where} has no such kernel") from None
+            raise KernelError(
+                f"the kernel gateway at {where} refused the kernel's channels: {exc}"
+            ) from None
+        except (TimeoutError, OSError) as exc:
+            raise KernelError(f"cannot reach the kernel gateway at {where}: {exc}") from None
+        # Each message is one write: without this a small message waits for
+        # the acknowledgement of the last (Nagle's algorithm).
+        with contextlib.suppress(Exception):
+            ws.stream.set_nodelay(True)
+        return cls(ws, asyncio.get_running_loop())
+
+    # -- receiving ----------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                if self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                    self._room.clear()
+                    await self._room.wait()
+                    continue
+                raw = await self._ws.read_message()
+                if raw is None:
+                    return
+                if isinstance(raw, str):
+                    self._take(raw)
+                # A binary frame carries buffers (widgets); the harness reads none.
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.debug("a gateway kernel's channels failed", exc_info=True)
+        finally:
+            self.closed = True
+            self.wake()
+
+    def _take(self, raw: str) -> None:
+        try:
+            data = json.loads(raw)
+            header, parent = data["header"], data.get("parent_header") or {}
+            msg_type, channel, content = header["msg_type"], data["channel"], data["content"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return
+        if not (
+            isinstance(msg_type, str) and isinstance(content, dict) and isinstance(parent, dict)
+        ):
+            return
+        parent_id = parent.get("msg_id")
+        msg = Message(msg_type, parent_id if isinstance(parent_id, str) else None, content)
+        if channel == "iopub":
+            if msg_type == "comm_msg" and self.on_comm is not None:
+                self.on_comm(msg)
+                return
+            if msg_type == "status" and self.on_status is not None:
+                state = content.get("execution_state")
+                if isinstance(state, str):
+                    self.on_status(state)
+            if self._keep_iopub:
+                self._iopub.append(msg)
+                self.wake()
+        elif channel in ("shell", "control") and self._open and msg.parent_id in self._sent:
+            self._replies[msg.parent_id] = msg
+            self.wake()
+
+    # -- requests -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def request(self, *, iopub: bool = True) -> Iterator[None]:
+        """Keep, until the block ends, the replies to what is sent in it and (when
+        ``iopub``) the iopub messages that arrive meanwhile."""
+        self._open = True
+        self._keep_iopub = iopub
+        try:
+            yield
+        finally:
+            self._open = self._keep_iopub = False
+            self._sent.clear()
+            self._replies.clear()
+            self._iopub.clear()
+            self._room.set()
+
+    def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
+        content = execute_content(code, silent=silent)
+        if extra:
+            content.update(extra)
+        return self.send("execute_request", content)
+
+    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+        """Send a request on shell (or control); return its ``msg_id``."""
+        if self.closed:
+            raise KernelError("the kernel's channels are closed")
+        msg_id = uuid.uuid4().hex
+        message: JSONDict = {
+            "header": {
+                "msg_id": msg_id,
+                "msg_type": msg_type,
+                "username": "recursa",
+                "session": self._session,
+                "date": "",
+                "version": PROTOCOL_VERSION,
+            },
+            "parent_header": {},
+            "metadata": {},
+            "content": content,
+            "channel": "control" if control else "shell",
+            "buffers": [],
+        }
+        try:
+            self._ws.write_message(json.dumps(message, ensure_ascii=False))
+        except Exception as exc:  # tornado's WebSocketClosedError, a stream error
+            self.closed = True
+            raise KernelError(f"the kernel's channels are closed: {exc}") from None
+        if self._open:
+            self._sent.add(msg_id)
+        return msg_id
+
+    def next_iopub(self) -> Message | None:
+        if not self._iopub:
+            return None
+        msg = self._iopub.popleft()
+        if len(self._iopub) < IOPUB_BACKLOG:
+            self._room.set()
+        return msg
+
+    def reply(self, msg_ids: Collection[str], msg_type: str | None = None) -> Message | None:
+        for msg_id in msg_ids:
+            msg = self._replies.get(msg_id)
+            if msg is not None and (msg_type is None or msg.msg_type == msg_type):
+                return msg
+        return None
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        else:
+            self._pending = True
+
+    async def wait(self, deadline: float | None) -> None:
+        if self._pending:
+            self._pending = False
+            return
+        if deadline is not None and deadline <= self._loop.time():
+            return
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        timer = None
+        if deadline is not None and math.isfinite(deadline):
+            timer = self._loop.call_at(deadline, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._pending = False
+            if timer is not None:
+                timer.cancel()
+
+    def close(self) -> None:
+        """Close the WebSocket and stop reading. Idempotent."""
+        self.closed = True
+        self._reader.cancel()
+        with contextlib.suppress(Exception):
+            self._ws.close()
+        self.wake()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+__all__ = [
+    "GatewayChannels",
+    "GatewayClient",
+    "GatewaySettings",
+    "KernelGone",
+]

@@ -1,0 +1,232 @@
+"""A kernel behind a Jupyter gateway, as a :class:`~recursa.kernel.Kernel` holds it.
+
+:class:`GatewayProcess` is the gateway's counterpart of
+:class:`~recursa.kernel.lifecycle.KernelProcess`: the same surface, so a
+:class:`~recursa.kernel.Kernel` runs cells, interrupts, restarts, snapshots
+and reattaches through it unchanged. What differs is where the kernel lives:
+
+- **Identity.** A gateway kernel is its id, not a pid and a connection file.
+  It outlives the daemon (the gateway owns it), and a later daemon reattaches
+  by id (:meth:`GatewayProcess.adopt`).
+- **Start.** ``POST /api/kernels`` (the configured kernelspec), then the
+  channels WebSocket, a wait until it answers, and the same bootstrap as a
+  local kernel (its Python must import recursa).
+- **Restart.** ``POST /api/kernels/<id>/restart``: the id stays, so the
+  store's record of the session's kernel stays true.
+- **Death.** The WebSocket closing, or the kernel publishing ``restarting``
+  or ``dead`` (the gateway restarts a kernel that died on its own: the
+  namespace is gone all the same), is a death, noticed at once.
+- **Interrupt and stop** are the gateway's ``interrupt`` and ``DELETE``.
+- **Environment.** The gateway passes a new kernel only the ``KERNEL_*``
+  variables of the request; the harness sets the rest with a silent command
+  after start (:meth:`recursa.kernel.Kernel.export_env`), as for a reattached
+  local kernel. Nothing of the daemon's own environment is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from recursa.errors import KernelError
+from recursa.kernel.driver import ChannelDriver
+from recursa.kernel.gateway import GatewayChannels, GatewayClient, GatewaySettings, KernelGone
+from recursa.kernel.launch import BOOTSTRAP
+from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
+from recursa.kernel.wire import Message
+
+CHECK_INTERVAL = 1.0
+"""How often a waiter looks at a gateway kernel again (its death also wakes it)."""
+DEAD_STATES = frozenset({"restarting", "dead"})
+
+log = logging.getLogger(__name__)
+
+
+GATEWAY_PREFIX = "gateway:"
+"""What the store's connection file of a gateway kernel starts with (then its id)."""
+
+
+def is_gateway_kernel(connection_file: Path | str) -> bool:
+    """Whether a stored kernel record names a gateway kernel (not a local file)."""
+    return str(connection_file).startswith(GATEWAY_PREFIX)
+
+
+class GatewayProcess(ChannelDriver):
+    """At most one kernel of a gateway, and the channels to it.
+
+    Invariants: :attr:`channels` is set exactly while the kernel is being
+    used; :attr:`kernel_id` names it from the gateway's start until it is
+    deleted (a restart keeps it).
+    """
+
+    sandbox: SandboxPolicy = NO_SANDBOX
+    api_socket: Path | None = None
+    forked = False
+    pid: int | None = None
+    exchange_dir: Path | None = None
+    kernel_dir: Path | None = None
+
+    def __init__(
+        self,
+        client: GatewayClient,
+        *,
+        startup_timeout: float,
+        kernel_id: str | None = None,
+        workspace: Path | None = None,
+    ) -> None:
+        self.client = client
+        self.startup_timeout = startup_timeout
+        self.kernel_id = kernel_id
+        self.workspace = workspace
+        self.channels: GatewayChannels | None = None
+        self.startup_time: float | None = None
+        self.on_comm: Callable[[Message], None] | None = None
+        """Given to every channels object this process opens (the kernel API's relay)."""
+        self._dead = ""
+        self._restart_next = False
+
+    @property
+    def settings(self) -> GatewaySettings:
+        return self.client.settings
+
+    @property
+    def connection_file(self) -> Path:
+        """No file: a gateway kernel is known by its id (see :attr:`kernel_id`)."""
+        return Path(f"{GATEWAY_PREFIX}{self.kernel_id or ''}")
+
+    @property
+    def launched(self) -> bool:
+        return self.kernel_id is not None
+
+    def is_alive(self) -> bool:
+        channels = self.channels
+        return channels is not None and not channels.closed and not self._dead
+
+    def add_env(self, env: Mapping[str, str]) -> None:
+        """Nothing to keep: a gateway kernel gets its environment from the
+        harness's silent ``export_env`` after every start."""
+
+    # -- start ------------------------------------------------------------------------
+
+    async def launch(self, cwd: Path) -> None:
+        """Start a kernel (or, after :meth:`stop` kept it for a restart,
+        restart it under the same id); return when it answers and is
+        bootstrapped. Raises :class:`KernelError`; nothing is left running then."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        deadline = began + self.startup_timeout
+        restart, self._restart_next = self._restart_next, False
+        try:
+            if restart and self.kernel_id is not None:
+                await self.client.restart(self.kernel_id)
+            else:
+                self.kernel_id = await self.client.start_kernel()
+            await self._connect(deadline)
+            await self.wait_ready(deadline)
+            await self.silent(BOOTSTRAP, deadline=deadline)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await self.stop(graceful=False)
+            if isinstance(exc, KernelError) or not isinstance(exc, Exception):
+                raise
+            raise KernelError(f"could not start a kernel on the gateway: {exc}") from exc
+        self.startup_time = loop.time() - began
+        if self.workspace is None:
+            self.workspace = cwd
+
+    async def _connect(self, deadline: float) -> None:
+        assert self.kernel_id is not None
+        loop = asyncio.get_running_loop()
+        timeout = max(deadline - loop.time(), 0.1)
+        channels = await GatewayChannels.connect(self.settings, self.kernel_id, within=timeout)
+        channels.on_comm = self.on_comm
+        channels.on_status = self._on_status
+        self._dead = ""
+        self.channels = channels
+
+    def _on_status(self, state: str) -> None:
+        if state in DEAD_STATES and not self._dead:
+            self._dead = f"the gateway reported the kernel {state}"
+            if self.channels is not None:
+                self.channels.wake()
+
+    async def adopt(self, kernel_id: str, answer_within: float) -> None:
+        """Take over gateway kernel ``kernel_id``, which an earlier daemon
+        started, once it answers on control (which a kernel busy with a cell
+        still serves). :class:`KernelError` in one line if the gateway has no
+        such kernel; one that is there but does not answer is deleted."""
+        self.kernel_id = kernel_id
+        loop = asyncio.get_running_loop()
+        try:
+            await self.client.kernel(kernel_id)
+            await self._connect(loop.time() + max(answer_within, 1.0))
+            answered = await self.answers_control(loop.time() + answer_within)
+        except KernelGone:
+            self.kernel_id = None
+            self.let_go()
+            raise KernelError(f"gateway kernel {kernel_id} is gone") from None
+        except BaseException:
+            self.let_go()
+            raise
+        if answered:
+            return
+        await self.stop(graceful=False)
+        raise KernelError(
+            f"gateway kernel {kernel_id} did not answer within {answer_within:g} s; it was stopped"
+        )
+
+    def let_go(self) -> None:
+        """Close the channels and keep the kernel, for a later :meth:`adopt`."""
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+
+    # -- control ------------------------------------------------------------------------
+
+    async def interrupt(self) -> None:
+        if self.kernel_id is not None:
+            try:
+                await self.client.interrupt(self.kernel_id)
+            except KernelError as exc:
+                # The cell's own loop restarts a kernel that cannot be interrupted.
+                log.info("interrupting gateway kernel %s failed: %s", self.kernel_id, exc)
+
+    async def stop(self, *, graceful: bool, keep_connection_file: bool = False) -> None:
+        """Close the channels and delete the kernel; with
+        ``keep_connection_file`` (a restart) keep it for :meth:`launch` to
+        restart under its id. Safe with no kernel. ``graceful`` makes no
+        difference: the gateway shuts a kernel down politely, then by force."""
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+        if self.kernel_id is None:
+            return
+        if keep_connection_file:
+            self._restart_next = True
+            return
+        kernel_id, self.kernel_id = self.kernel_id, None
+        try:
+            await self.client.delete(kernel_id)
+        except KernelError as exc:
+            log.warning("could not stop gateway kernel %s: %s", kernel_id, exc)
+
+    # -- exit ---------------------------------------------------------------------------
+
+    async def wait_exit(self, seconds: float) -> None:
+        """Nothing to wait for: a gateway kernel ends when it is deleted."""
+
+    def next_check(self, now: float) -> float:
+        return now + CHECK_INTERVAL
+
+    def exit_description(self) -> str:
+        if self._dead:
+            return self._dead
+        if self.channels is None or self.channels.closed:
+            return "the gateway closed the kernel's connection"
+        return "exit status unknown"
+
+
+__all__ = ["GATEWAY_PREFIX", "GatewayProcess", "is_gateway_kernel"]
