@@ -79,7 +79,8 @@ def kernel_pids(home: Path) -> list[int]:
         return []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         try:
-            return [int(row[0]) for row in conn.execute("SELECT pid FROM kernels")]
+            # A gateway kernel is recorded with pid 0: it is no process of this host.
+            return [int(row[0]) for row in conn.execute("SELECT pid FROM kernels WHERE pid > 0")]
         except sqlite3.OperationalError:
             return []
 

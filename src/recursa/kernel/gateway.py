@@ -273,6 +273,7 @@ class GatewayChannels:
     # -- receiving ----------------------------------------------------------------------
 
     async def _read(self) -> None:
+        quickack = _quickack(self._ws)
         try:
             while True:
                 if self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
@@ -282,6 +283,7 @@ class GatewayChannels:
                 raw = await self._ws.read_message()
                 if raw is None:
                     return
+                quickack()
                 if isinstance(raw, str):
                     self._take(raw)
                 # A binary frame carries buffers (widgets); the harness reads none.
@@ -423,6 +425,29 @@ class GatewayChannels:
         with contextlib.suppress(Exception):
             self._ws.close()
         self.wake()
+
+
+def _quickack(ws: WebSocketClientConnection) -> Callable[[], None]:
+    """What re-arms Linux's quick acknowledgements on the WebSocket's socket.
+
+    The gateway writes a cell's messages (busy, result, reply, idle) one by
+    one, with Nagle's algorithm on: each small write after the first waits
+    for the acknowledgement of the one before, which a receiver in delayed-ACK
+    mode holds back up to 40 ms. Acknowledging at once (the kernel resets the
+    mode, so after every read) took a loopback cell from 48 ms to 5.5 ms.
+    Elsewhere (no ``TCP_QUICKACK``) it does nothing."""
+    import socket
+
+    option = getattr(socket, "TCP_QUICKACK", None)
+    sock = getattr(ws.stream, "socket", None)
+    if option is None or sock is None:
+        return lambda: None
+
+    def rearm() -> None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+
+    return rearm
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

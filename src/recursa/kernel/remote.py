@@ -121,7 +121,10 @@ class GatewayProcess(ChannelDriver):
         restart, self._restart_next = self._restart_next, False
         try:
             if restart and self.kernel_id is not None:
-                await self.client.restart(self.kernel_id)
+                try:
+                    await self.client.restart(self.kernel_id)
+                except KernelGone:  # deleted or culled by the gateway: a new one
+                    self.kernel_id = await self.client.start_kernel()
             else:
                 self.kernel_id = await self.client.start_kernel()
             await self._connect(deadline)

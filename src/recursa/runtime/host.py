@@ -77,7 +77,10 @@ async def open_host(
     """The daemon's host: the runtime opened, every session recovered, idle
     unloading running. ``api_socket`` is where kernels reach the kernel API
     (the daemon's kernel socket, apart from the people's). Returns the host and the function that closes it."""
-    runtime = await Runtime.open(config, warm_kernels=1)
+    # A spare kernel of this host only where sessions run their kernels here
+    # by default: with the gateway backend, the host starts no kernel process
+    # until a session asks for a local one.
+    runtime = await Runtime.open(config, warm_kernels=1 if config.kernel.backend == "local" else 0)
     runtime.api_socket = api_socket
     host = RuntimeHost(runtime)
     try:

@@ -147,7 +147,7 @@ class KernelSlot:
         try:
             kernel = await self.deps.kernels.attach(Path(row.connection_file), row.pid, self.cwd)
         except KernelError as exc:
-            log.info("session %s: kernel %d is gone: %s", self.session_id, row.pid, exc)
+            log.info("session %s: kernel %s is gone: %s", self.session_id, row.connection_file, exc)
             self.deps.store.kernels.forget(self.session_id)
             return False
 

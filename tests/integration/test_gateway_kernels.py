@@ -1,0 +1,177 @@
+"""Kernels behind a real Jupyter gateway (Kernel Gateway and Enterprise Gateway,
+started on loopback by tests/jupyter_gateways.py): the gateway backend of
+:class:`recursa.kernel.Kernel`, one kernel at a time.
+
+Everything a session asks of a kernel is checked on both gateways: cells
+that keep their state, a cell past its limit interrupted with its variables
+kept, a restart that keeps the kernel's id, a snapshot restored, a kernel
+taken over by id as a daemon restarted after ``kill -9`` does, and the
+one-line errors of a wrong token, an unknown kernel and a gateway that is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_gateways import Gateway
+from recursa.errors import KernelError
+from recursa.kernel import GatewayClient, GatewaySettings, Kernel
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["kg", "eg"])
+def gateway(request: pytest.FixtureRequest) -> Gateway:
+    name = "kernel_gateway" if request.param == "kg" else "enterprise_gateway"
+    served: Gateway = request.getfixturevalue(name)
+    return served
+
+
+def client_of(gateway: Gateway, token: str | None = None) -> GatewayClient:
+    settings = GatewaySettings(
+        gateway.url, gateway.token if token is None else token, gateway.kernel_name
+    )
+    return GatewayClient(settings)
+
+
+@pytest.fixture
+async def kernel(gateway: Gateway, tmp_path: Path) -> AsyncIterator[Kernel]:
+    client = client_of(gateway)
+    kernel = Kernel(tmp_path, {}, gateway=client, interrupt_grace=5.0)
+    await kernel.start()
+    try:
+        yield kernel
+    finally:
+        await kernel.shutdown()
+        await client.aclose()
+    assert kernel.kernel_id not in {k["id"] for k in gateway.kernels()}
+
+
+def text(out: object) -> str:
+    return "".join(part.text for part in out.parts)  # type: ignore[attr-defined]
+
+
+async def test_cells_keep_their_state_and_run_in_the_session_directory(
+    kernel: Kernel, gateway: Gateway, tmp_path: Path
+) -> None:
+    assert kernel.backend == "gateway" and kernel.pid is None
+    assert kernel.kernel_id in {k["id"] for k in gateway.kernels()}
+    first = await kernel.execute("x = 6 * 7\nprint('hello')", timeout=30)
+    assert (first.status, text(first)) == ("ok", "hello\n")
+    second = await kernel.execute("import os\nx, os.getcwd()", timeout=30)
+    assert text(second) == f"(42, {str(tmp_path)!r})"
+    failed = await kernel.execute("1 / 0", timeout=30)
+    assert failed.status == "error" and "ZeroDivisionError" in text(failed)
+
+
+async def test_a_cell_past_its_limit_is_interrupted_and_the_variables_stay(
+    kernel: Kernel,
+) -> None:
+    await kernel.execute("x = 41", timeout=30)
+    out = await kernel.execute("import time\ntime.sleep(60)", timeout=1.0)
+    assert out.status == "timeout" and not out.restarted
+    assert "interrupted" in out.note
+    assert text(await kernel.execute("x + 1", timeout=30)) == "42"
+
+
+async def test_a_restart_keeps_the_id_and_clears_the_namespace(kernel: Kernel) -> None:
+    kernel_id = kernel.kernel_id
+    await kernel.execute("x = 1", timeout=30)
+    await kernel.restart()
+    assert kernel.kernel_id == kernel_id and kernel.restarts == 1
+    out = await kernel.execute("'x' in dir()", timeout=30)
+    assert text(out) == "False"
+
+
+async def test_a_snapshot_restores_into_a_restarted_kernel(kernel: Kernel, tmp_path: Path) -> None:
+    await kernel.execute("data = {'a': [1, 2, 3]}\ndef f(n):\n    return n * 2", timeout=30)
+    report = await kernel.snapshot(tmp_path / "ns.dill", max_bytes=1 << 20)
+    assert {"data", "f"} <= set(report.names)
+    await kernel.restart()
+    restored = await kernel.restore(tmp_path / "ns.dill")
+    assert {"data", "f"} <= set(restored.names) and not restored.failed
+    assert text(await kernel.execute("f(len(data['a']))", timeout=30)) == "6"
+
+
+async def test_a_kernel_is_taken_over_by_id_with_its_variables(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    """What a daemon restarted after kill -9 does: the old one just vanished
+    (its channels closed, nothing stopped), and the new one attaches by id."""
+    client = client_of(gateway)
+    first = Kernel(tmp_path, {}, gateway=client)
+    await first.start()
+    kernel_id = first.kernel_id
+    assert kernel_id is not None
+    await first.execute("kept = 'still here'", timeout=30)
+    first._proc.let_go()  # the daemon is gone; the gateway keeps the kernel
+    second = await Kernel.attach(first.connection_file, 0, tmp_path, {}, gateway=client)
+    try:
+        assert second.attach_outcome == "idle" and second.kernel_id == kernel_id
+        assert text(await second.execute("kept", timeout=30)) == "'still here'"
+    finally:
+        await second.shutdown()
+        await client.aclose()
+    assert kernel_id not in {k["id"] for k in gateway.kernels()}
+
+
+async def test_a_kernel_running_a_cell_is_interrupted_when_taken_over(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    client = client_of(gateway)
+    first = Kernel(tmp_path, {}, gateway=client)
+    await first.start()
+    await first.execute("n = 5", timeout=30)
+    channels = first._proc.channels
+    assert channels is not None
+    channels.execute("import time\ntime.sleep(60)", silent=False)  # left running
+    first._proc.let_go()
+    second = await Kernel.attach(first.connection_file, 0, tmp_path, {}, gateway=client)
+    try:
+        assert second.attach_outcome == "interrupted"
+        assert text(await second.execute("n", timeout=30)) == "5"
+    finally:
+        await second.shutdown()
+        await client.aclose()
+
+
+async def test_a_kernel_deleted_behind_our_back_is_replaced_and_the_cell_says_so(
+    kernel: Kernel, gateway: Gateway
+) -> None:
+    old = kernel.kernel_id
+    assert old is not None
+    await kernel.execute("x = 1", timeout=30)
+    assert gateway.delete_kernel(old) == 204
+    out = await kernel.execute("'x' in dir()", timeout=30)
+    assert out.restarted and "variables from earlier cells are gone" in out.note
+    assert text(out) == "False"
+    assert kernel.kernel_id != old and kernel.kernel_id in {k["id"] for k in gateway.kernels()}
+
+
+async def test_errors_are_one_line(gateway: Gateway, tmp_path: Path) -> None:
+    wrong = client_of(gateway, token="not-the-token")
+    with pytest.raises(KernelError, match="refused the token") as refused:
+        await Kernel(tmp_path, {}, gateway=wrong).start()
+    assert "\n" not in str(refused.value)
+    await wrong.aclose()
+    client = client_of(gateway)
+    with pytest.raises(KernelError, match="gateway kernel no-such-id is gone"):
+        await Kernel.attach(Path("gateway:no-such-id"), 0, tmp_path, {}, gateway=client)
+    await client.aclose()
+    nowhere = GatewayClient(GatewaySettings("http://127.0.0.1:9", "t"))
+    with pytest.raises(KernelError, match="cannot reach the kernel gateway at http://127.0.0.1:9"):
+        await Kernel(tmp_path, {}, gateway=nowhere).start()
+    await nowhere.aclose()
+    assert gateway.kernels() == []
+
+
+def test_settings_keep_the_token_out_of_their_text() -> None:
+    settings = GatewaySettings("https://gw.example:8443/base/", "sekrit", "py")
+    assert "sekrit" not in repr(settings)
+    assert settings.channels_url("a b") == "wss://gw.example:8443/base/api/kernels/a%20b/channels"
+    assert settings.headers() == {"Authorization": "token sekrit"}
+    with pytest.raises(ValueError, match="http"):
+        GatewaySettings("gw.example:8443")
