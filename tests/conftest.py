@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from jupyter_gateways import Gateway, Kind, missing, start_gateway
 from recursa.config import Config, load_config
 
 _SCRUBBED = (
@@ -110,3 +111,24 @@ def home(_isolated_home: Path) -> Path:
 def config(home: Path) -> Config:
     """A configuration rooted in the test's RECURSA_HOME, with short limits."""
     return load_config()
+
+
+def _serve_gateway(kind: Kind, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    reason = missing(kind)
+    if reason is not None:
+        pytest.skip(reason)
+    with start_gateway(kind, tmp_path_factory.mktemp(f"gateway-{kind}")) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A real Jupyter Kernel Gateway on loopback for the module (tests/jupyter_gateways.py);
+    skipped, naming scripts/gateways, when its venv is not installed."""
+    yield from _serve_gateway("kg", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A real Jupyter Enterprise Gateway on loopback for the module, as above."""
+    yield from _serve_gateway("eg", tmp_path_factory)
