@@ -128,6 +128,15 @@ def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
     yield from _serve_gateway("kg", tmp_path_factory)
 
 
+@pytest.fixture(scope="module", params=["kg", "eg"])
+def jupyter_gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """Each real gateway in turn (Kernel Gateway, then Enterprise Gateway), for
+    the module: a test that takes it runs against both."""
+    yield from _serve_gateway(request.param, tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A real Jupyter Enterprise Gateway on loopback for the module, as above."""

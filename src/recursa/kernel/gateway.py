@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     import httpx2
     from tornado.websocket import WebSocketClientConnection
 
+WATCH_INTERVAL = 2.0
+"""Seconds between two looks at which watched kernels the gateway still has: a
+kernel deleted or culled behind our back closes no WebSocket."""
 REQUEST_TIMEOUT = 30.0
 """Seconds a REST call to the gateway may take (starting a kernel included)."""
 CONNECT_TIMEOUT = 10.0
@@ -97,10 +100,67 @@ class GatewayClient:
     gateway: unreachable, a refused token, an answer that is not the API's.
     """
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    def __init__(
+        self, settings: GatewaySettings, *, watch_interval: float = WATCH_INTERVAL
+    ) -> None:
         self.settings = settings
+        self.watch_interval = watch_interval
         self._http: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watched: dict[str, Callable[[str], None]] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        self._listable = True
+
+    def watch(self, kernel_id: str, on_gone: Callable[[str], None]) -> None:
+        """Call ``on_gone(why)`` once the gateway no longer has ``kernel_id``
+        (or reports it dead), looked at every :attr:`watch_interval` seconds
+        with one request for all the kernels watched, until :meth:`unwatch`."""
+        self._watched[kernel_id] = on_gone
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(
+                self._watch(), name="recursa-gateway-watch"
+            )
+
+    def unwatch(self, kernel_id: str) -> None:
+        self._watched.pop(kernel_id, None)
+
+    async def _watch(self) -> None:
+        while self._watched:
+            await asyncio.sleep(self.watch_interval)
+            try:
+                states = await self._states(list(self._watched))
+            except KernelError as exc:
+                log.info("looking at the gateway's kernels failed: %s", exc)
+                continue
+            for kernel_id, state in states.items():
+                on_gone = self._watched.get(kernel_id)
+                if on_gone is not None and state in (None, "dead"):
+                    self._watched.pop(kernel_id, None)
+                    gone = "deleted" if state is None else "dead"
+                    on_gone(f"the gateway reports the kernel {gone}")
+
+    async def _states(self, kernel_ids: list[str]) -> dict[str, str | None]:
+        """Each kernel's ``execution_state`` (None: the gateway has no such
+        kernel): one listing, or one request each where listing is refused
+        (Kernel Gateway's default)."""
+        if self._listable:
+            try:
+                listed = {
+                    str(k.get("id")): str(k.get("execution_state")) for k in await self.kernels()
+                }
+            except KernelError as exc:
+                if "HTTP 403" not in str(exc) and "refused" not in str(exc):
+                    raise
+                self._listable = False
+            else:
+                return {kernel_id: listed.get(kernel_id) for kernel_id in kernel_ids}
+        states: dict[str, str | None] = {}
+        for kernel_id in kernel_ids:
+            try:
+                states[kernel_id] = str((await self.kernel(kernel_id)).get("execution_state"))
+            except KernelGone:
+                states[kernel_id] = None
+        return states
 
     async def start_kernel(self, env: dict[str, str] | None = None) -> str:
         """Start a kernel; return its id (it is starting, not yet ready)."""
@@ -141,6 +201,12 @@ class GatewayClient:
             await self._call("DELETE", self._path(kernel_id), what="stop a kernel")
 
     async def aclose(self) -> None:
+        self._watched.clear()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         http, self._http = self._http, None
         if http is not None and self._loop is asyncio.get_running_loop():
             await http.aclose()

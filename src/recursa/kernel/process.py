@@ -215,7 +215,7 @@ class Kernel(HarnessCommands):
         async with self._lock:
             self._check_open()
             if not self._started:
-                await self._proc.launch(self._cwd)
+                await self._launch()
                 self._started = True
 
     @classmethod
@@ -370,8 +370,23 @@ class Kernel(HarnessCommands):
     async def _restart_locked(self) -> None:
         await self._proc.stop(graceful=False, keep_connection_file=True)
         self.restarts += 1
-        await self._proc.launch(self._cwd)
+        await self._launch()
         self._started = True
+
+    async def _launch(self) -> None:
+        """Start the process in the kernel's directory. A local process starts
+        there; a gateway's kernel starts where the gateway says, and is moved
+        (the directory made on its host when missing: README, gateway kernels)."""
+        await self._proc.launch(self._cwd)
+        if isinstance(self._proc, GatewayProcess):
+            where = str(self._cwd)
+            try:
+                await self._command(
+                    f"could not move the kernel to {where}", "chdir", path=where, create=True
+                )
+            except BaseException:
+                await self._proc.stop(graceful=False)
+                raise
 
     async def _ensure_alive(self) -> str:
         """Restart a dead kernel; return a note saying so, or ``""``."""

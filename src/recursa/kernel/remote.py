@@ -123,7 +123,11 @@ class GatewayProcess(ChannelDriver):
             if restart and self.kernel_id is not None:
                 try:
                     await self.client.restart(self.kernel_id)
-                except KernelGone:  # deleted or culled by the gateway: a new one
+                except KernelError:
+                    # Deleted or culled by the gateway (Kernel Gateway answers a
+                    # restart of a deleted kernel with HTTP 500): a new one.
+                    if await self._exists():
+                        raise
                     self.kernel_id = await self.client.start_kernel()
             else:
                 self.kernel_id = await self.client.start_kernel()
@@ -140,6 +144,14 @@ class GatewayProcess(ChannelDriver):
         if self.workspace is None:
             self.workspace = cwd
 
+    async def _exists(self) -> bool:
+        assert self.kernel_id is not None
+        try:
+            await self.client.kernel(self.kernel_id)
+        except KernelGone:
+            return False
+        return True
+
     async def _connect(self, deadline: float) -> None:
         assert self.kernel_id is not None
         loop = asyncio.get_running_loop()
@@ -149,6 +161,13 @@ class GatewayProcess(ChannelDriver):
         channels.on_status = self._on_status
         self._dead = ""
         self.channels = channels
+        self.client.watch(self.kernel_id, self._gone)
+
+    def _gone(self, why: str) -> None:
+        if not self._dead:
+            self._dead = why
+            if self.channels is not None:
+                self.channels.wake()
 
     def _on_status(self, state: str) -> None:
         if state in DEAD_STATES and not self._dead:
@@ -183,6 +202,8 @@ class GatewayProcess(ChannelDriver):
 
     def let_go(self) -> None:
         """Close the channels and keep the kernel, for a later :meth:`adopt`."""
+        if self.kernel_id is not None:
+            self.client.unwatch(self.kernel_id)
         if self.channels is not None:
             self.channels.close()
             self.channels = None
@@ -207,6 +228,7 @@ class GatewayProcess(ChannelDriver):
             self.channels = None
         if self.kernel_id is None:
             return
+        self.client.unwatch(self.kernel_id)
         if keep_connection_file:
             self._restart_next = True
             return
