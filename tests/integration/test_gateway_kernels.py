@@ -163,7 +163,9 @@ async def test_errors_are_one_line(gateway: Gateway, tmp_path: Path) -> None:
         await Kernel.attach(Path("gateway:no-such-id"), 0, tmp_path, {}, gateway=client)
     await client.aclose()
     nowhere = GatewayClient(GatewaySettings("http://127.0.0.1:9", "t"))
-    with pytest.raises(KernelError, match=r"cannot reach the kernel gateway at http://127\.0\.0\.1:9"):
+    with pytest.raises(
+        KernelError, match=r"cannot reach the kernel gateway at http://127\.0\.0\.1:9"
+    ):
         await Kernel(tmp_path, {}, gateway=nowhere).start()
     await nowhere.aclose()
     assert gateway.kernels() == []
