@@ -29,7 +29,8 @@ class CountingSource:
         self.taken = 0
         self.pids: list[int] = []
 
-    async def acquire(self, cwd: Path) -> Kernel:
+    async def acquire(self, cwd: Path, backend: str = "local") -> Kernel:
+        assert backend == "local"
         kernel = await self.pool.acquire(cwd)
         self.taken += 1
         assert kernel.pid is not None

@@ -127,9 +127,13 @@ def test_command_line_durations_take_every_form() -> None:
         parse_duration("soon", key="--max-time")
 
 
+def readme_examples() -> list[str]:
+    return re.findall(r"^```toml\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+
+
 def readme_example() -> str:
-    [block] = re.findall(r"^```toml\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
-    return str(block)
+    """The configuration section's example (the first; the gateway section has its own)."""
+    return readme_examples()[0]
 
 
 def docstring_example() -> str:
@@ -156,12 +160,36 @@ def test_the_readme_example_loads_verbatim(tmp_path: Path) -> None:
     assert config.limits.output_chars == 8000
 
 
+def test_the_readme_gateway_example_loads_verbatim(tmp_path: Path) -> None:
+    [text] = [block for block in readme_examples() if "[kernel.gateway]" in block]
+    write(tmp_path, text)
+    env = {"RECURSA_HOME": str(tmp_path), "RECURSA_GATEWAY_TOKEN": "t0ken"}
+    config = load_config(env)
+    gateway = config.kernel.gateway
+    assert config.kernel.backend == "gateway" and gateway is not None
+    assert (gateway.url, gateway.token, gateway.kernel_name) == (
+        "http://gateway.internal:8888",
+        "t0ken",
+        "recursa",
+    )
+    assert "t0ken" in config.secrets and "t0ken" not in repr(config)
+    with pytest.raises(ConfigError, match="RECURSA_GATEWAY_TOKEN is not set"):
+        load_config({"RECURSA_HOME": str(tmp_path)})
+
+
 def test_the_docstring_example_loads_verbatim_with_every_table(tmp_path: Path) -> None:
     text = docstring_example()
     tables = set(re.findall(r"^\[([a-z_]+)", text, re.M))
     assert tables == set(recursa.config.ConfigFile.model_fields) - {"model"}
     write(tmp_path, text)
-    config = load_config({"RECURSA_HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)})
+    env = {
+        "RECURSA_HOME": str(tmp_path),
+        "XDG_CACHE_HOME": str(tmp_path),
+        "RECURSA_GATEWAY_TOKEN": "t",
+    }
+    config = load_config(env)
+    assert config.kernel.backend == "local" and config.kernel.gateway is not None
+    assert config.kernel.gateway.url == "http://127.0.0.1:8888"
     openai = config.providers["openai"]
     assert (openai.api_key, openai.timeout, openai.max_retries) == ("...", 600, 4)
     assert config.prices["openai/gpt-4o-mini"].cache_write == 0.15
