@@ -269,3 +269,31 @@ def test_an_unset_token_variable_fails_the_daemon_start_in_one_line(
     line = fails(["run", "--model", "faux/echo", "hi"], env, tmp_path, 2)
     assert f"kernel.gateway.token_env: the variable {TOKEN_VAR} is not set" in line
     assert TOKEN_VAR not in os.environ
+
+
+async def test_a_stopped_session_unloads_its_gateway_kernel_and_comes_back_with_its_variables(
+    kernel_gateway: Gateway,
+    home: Path,
+    server: FakeModelServer,
+    gw_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    write_config(home, kernel_gateway)
+    env = run_env(gw_env, kernel_gateway)
+    server.push(cell("kept = [1, 2, 3]"), Reply(text="first"))
+    out = ok(["run", "--detach", "--model", "openai/m", "first task"], env, tmp_path)
+    session = out.strip().splitlines()[-1]
+    async with DaemonClient(home) as client:
+        assert await client.wait_quiet(session, timeout=60)
+    [(_, _, where)] = stored_kernels(home)
+    first_id = where.removeprefix("gateway:")
+    ok(["stop", session], env, tmp_path)  # snapshot, kernel stopped on the gateway
+    assert stored_kernels(home) == []
+    assert first_id not in {k["id"] for k in kernel_gateway.kernels()}
+    server.push(cell("print(sum(kept))"), Reply(text="second"))
+    ok(["send", session, "second task"], env, tmp_path)
+    async with DaemonClient(home) as client:
+        assert await client.wait_quiet(session, timeout=60)
+    assert tool_results(server.requests[-1].body)[-1].strip() == "6"
+    [(_, _, again)] = stored_kernels(home)
+    assert again.startswith("gateway:") and again != where
