@@ -49,6 +49,8 @@ The file, field by field::
                                         # interpreter) or an absolute path to one;
                                         # RECURSA_KERNEL_PYTHON overrides it
     hide = []                           # more directories kernels do not see (absolute paths)
+    api = "socket"                      # how kernels reach rlm() and the rest: "socket" (the
+                                        # daemon's kernel socket) or "comm" (their own channels)
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -114,6 +116,11 @@ from recursa.validation import one_line, within
 
 ProviderKind = Literal["openai", "anthropic"]
 SandboxKind = Literal["bwrap", "none"]
+ApiTransport = Literal["socket", "comm"]
+"""How a kernel reaches the kernel API: HTTP over the daemon's kernel socket,
+with a token in its environment, or comm messages on its own Jupyter channels
+(:mod:`recursa.kernel.relay`)."""
+DEFAULT_KERNEL_API: ApiTransport = "socket"
 """How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
 CONFIG_FILE_NAME = "config.toml"
@@ -244,6 +251,10 @@ class KernelConfig:
     fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
     """Kernels are forked from a pre-imported parent (:mod:`recursa.kernel.forkserver`)
     where that works; False: every kernel is launched as a new process."""
+    api: ApiTransport = DEFAULT_KERNEL_API
+    """How kernels reach the kernel API: "socket" (the daemon's kernel socket
+    and a token in the kernel's environment) or "comm" (the kernel's own
+    Jupyter channels; no socket, no token in the kernel)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +472,7 @@ class KernelTable(_Table):
     network: bool = True
     python: str = DEFAULT_KERNEL_PYTHON
     fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
+    api: ApiTransport = DEFAULT_KERNEL_API
 
 
 class SessionsTable(_Table):
@@ -574,6 +586,7 @@ def load_config(
             python=_kernel_python(environ.get("RECURSA_KERNEL_PYTHON") or kernel.python, path),
             hide=tuple(_hidden_dir(value, path) for value in kernel.hide),
             fork_server=kernel.fork_server,
+            api=kernel.api,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -703,6 +716,7 @@ def _providers(
 
 __all__ = [
     "AgentsConfig",
+    "ApiTransport",
     "Config",
     "KernelConfig",
     "Limits",

@@ -15,6 +15,7 @@ from recursa.kernel.process import (
     AttachOutcome,
     Kernel,
 )
+from recursa.kernel.relay import ApiCall, ApiTransport
 from recursa.kernel.types import (
     CellOutput,
     ExecStatus,
@@ -32,6 +33,8 @@ __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
     "DEFAULT_MAX_OUTPUT_CHARS",
     "DEFAULT_STARTUP_TIMEOUT",
+    "ApiCall",
+    "ApiTransport",
     "AttachOutcome",
     "CellOutput",
     "ExecStatus",

@@ -36,6 +36,7 @@ from recursa.kernel.commands import absolute
 from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+from recursa.kernel.relay import ApiTransport
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.supervisor import Supervisor
 
@@ -57,6 +58,7 @@ class KernelPool:
     (:meth:`set_api_socket` changes it for the kernels launched after).
     With ``fork_server`` kernels are forked from pre-imported zygotes, one per
     workspace and binding (:mod:`recursa.kernel.forkserver`), where that works.
+    ``api_transport`` is how its kernels reach the kernel API (see :class:`Kernel`).
     """
 
     def __init__(
@@ -73,7 +75,10 @@ class KernelPool:
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         fork_server: bool = False,
+        api_transport: ApiTransport = "socket",
     ) -> None:
+        self.api_transport: ApiTransport = api_transport
+        """How its kernels reach the kernel API (:class:`Kernel`'s ``api_transport``)."""
         if size < 0:
             raise ValueError("size must be >= 0")
         self._env = dict(env)
@@ -194,6 +199,7 @@ class KernelPool:
             sandbox=self._sandbox,
             api_socket=self._api_socket,
             forks=self._forks,
+            api_transport=self.api_transport,
         )
 
     async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
@@ -269,6 +275,7 @@ class KernelPool:
             sandbox=self._sandbox,
             api_socket=self._api_socket,
             forks=self._forks,
+            api_transport=self.api_transport,
         )
 
     def _fits(self, kernel: Kernel) -> bool:

@@ -50,6 +50,7 @@ from recursa.kernel.collect import DEFAULT_MAX_OUTPUT_CHARS, OnOutput, OutputCol
 from recursa.kernel.commands import HarnessCommands, absolute
 from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.relay import ApiCall, ApiTransport, Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.kernel.types import CellOutput
 
@@ -90,6 +91,9 @@ class Kernel(HarnessCommands):
     reaches the kernel API only at ``api_socket``. With ``forks`` its
     processes are forked from a pre-imported zygote where one works
     (:mod:`recursa.kernel.forkserver`), else launched the usual way.
+    ``api_transport`` is how its code reaches the kernel API: ``"socket"``
+    (the socket and token :meth:`export_env` gives it) or ``"comm"`` (its
+    own channels, served by :meth:`serve_api`; :mod:`recursa.kernel.relay`).
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
@@ -112,8 +116,10 @@ class Kernel(HarnessCommands):
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         forks: ForkServers | None = None,
+        api_transport: ApiTransport = "socket",
     ) -> None:
         self._cwd = absolute(cwd)
+        self._relay = Relay() if api_transport == "comm" else None
         self.interrupt_grace = interrupt_grace
         self.max_output_chars = max_output_chars
         runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
@@ -127,6 +133,7 @@ class Kernel(HarnessCommands):
             api_socket=api_socket,
             workspace=self._cwd,
             forks=forks,
+            relay=self._relay,
         )
         self._lock = asyncio.Lock()
         self._running = False
@@ -168,6 +175,17 @@ class Kernel(HarnessCommands):
     def api_socket(self) -> Path | None:
         """The kernel-API socket its sandbox was bound to."""
         return self._proc.api_socket
+
+    @property
+    def api_transport(self) -> ApiTransport:
+        return "socket" if self._relay is None else "comm"
+
+    def serve_api(self, call: ApiCall | None) -> None:
+        """Serve a ``"comm"`` kernel's API requests through ``call``, bound to
+        its session (None: refuse them), from now on and across restarts."""
+        if self._relay is None:
+            raise KernelError("this kernel reaches the kernel API by its socket")
+        self._relay.call = call
 
     @property
     def forked(self) -> bool:
@@ -214,6 +232,7 @@ class Kernel(HarnessCommands):
         sandbox: SandboxPolicy = NO_SANDBOX,
         api_socket: Path | None = None,
         forks: ForkServers | None = None,
+        api_transport: ApiTransport = "socket",
     ) -> Kernel:
         """Take over the live kernel ``pid`` that an earlier process started
         with ``connection_file``; its namespace is untouched.
@@ -243,6 +262,7 @@ class Kernel(HarnessCommands):
             sandbox=sandbox,
             api_socket=api_socket,
             forks=forks,
+            api_transport=api_transport,
         )
         async with kernel._lock:
             await kernel._take_over(pid, answer_within)
@@ -308,6 +328,8 @@ class Kernel(HarnessCommands):
                 return
             self._closed = True
             await self._proc.stop(graceful=not busy)
+            if self._relay is not None:
+                await self._relay.aclose()
             self._stopped = True
 
     async def interrupt(self) -> None:

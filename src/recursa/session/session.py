@@ -86,6 +86,7 @@ class Session:
                 limits=deps.limits,
                 snapshot_max_bytes=deps.snapshot_max_bytes,
                 kernel_env=lambda: deps.host.kernel_env(session_id),
+                kernel_relay=lambda: deps.host.kernel_relay(session_id),
                 prelude=lambda: self._model.prelude,
             ),
         )
