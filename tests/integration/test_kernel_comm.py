@@ -219,3 +219,25 @@ async def test_more_calls_than_the_relay_allows_at_once_are_refused_in_one_line(
         f"too many kernel API calls in flight at once (at most {MAX_IN_FLIGHT})",
     ]
     assert relay.in_flight == 0
+
+
+async def test_a_restarted_kernel_is_bootstrapped_for_the_channel_again(
+    kernel: Kernel, tree: dict[str, str], host: FakeKernelHost
+) -> None:
+    await run(kernel, "h = await rlm('before', name='a')")
+    await kernel.restart()
+    assert await run(kernel, "h = await rlm('after', name='b')\nprint(h.name)") == "b\n"
+    assert [c[2] for c in host.kernel_calls if c[0] == "spawn"] == [
+        Spawn(task="before", name="a"),
+        Spawn(task="after", name="b"),
+    ]
+
+
+async def test_a_kernel_served_by_nobody_fails_in_one_line(
+    kernel: Kernel, tree: dict[str, str]
+) -> None:
+    kernel.serve_api(None)
+    out = await kernel.execute("await rlm('task')", timeout=60)
+    assert out.status == "error"
+    lines = [line for line in out.text().splitlines() if line.strip()]
+    assert lines[-1] == "DaemonError: the recursa API is not served to this kernel"

@@ -162,7 +162,7 @@ class Relay:
         call = self.call
         if call is None:
             message = "the recursa API is not served to this kernel"
-            self._reply(channels, request_id, 503, error_body("unavailable", message))
+            self._reply(channels, request_id, 503, error_body("internal", message))
             return
         task = asyncio.get_running_loop().create_task(
             self._run(channels, request_id, request, call), name="recursa-kernel-api-relay"
