@@ -4,13 +4,13 @@ with channels that record what is sent and an injected call the test controls.""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from recursa.kernel import relay as relay_module
 from recursa.kernel.relay import MAX_IN_FLIGHT, Relay
-from recursa.kernel.wire import Channels, JSONDict, Message
+from recursa.kernel.wire import JSONDict, Message
 from recursa.protocol.wire import KERNEL_COMM_ID
 
 WAIT = 5.0
@@ -73,7 +73,7 @@ def channels() -> FakeChannels:
 @pytest.fixture
 async def relay(channels: FakeChannels) -> Any:
     relay = Relay()
-    relay.attach(cast(Channels, channels))
+    relay.attach(channels)
     yield relay
     await relay.aclose()
 
@@ -166,7 +166,7 @@ async def test_replies_to_a_replaced_process_are_dropped(
     channels.comm(request("old"))
     await asyncio.wait_for(gate.entered.wait(), WAIT)
     fresh = FakeChannels()
-    relay.attach(cast(Channels, fresh))  # a restart: new channels
+    relay.attach(fresh)  # a restart: new channels
     assert channels.on_comm is None and relay.in_flight == 0
     await asyncio.sleep(0)
     assert gate.cancelled == 1

@@ -40,11 +40,11 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from recursa.config import ApiTransport
 from recursa.errors import KernelError
-from recursa.kernel.wire import Channels, JSONDict, Message
+from recursa.kernel.wire import JSONDict, Message
 from recursa.protocol.wire import KERNEL_COMM_ID, error_body
 
 ApiCall = Callable[[str, str, JSONDict | None, float | None], Awaitable[tuple[int, Any]]]
@@ -70,6 +70,18 @@ _PATH = re.compile(r"/kernel/[\x21-\x7e]*")
 log = logging.getLogger(__name__)
 
 
+class CommChannels(Protocol):
+    """What the relay needs of a kernel's channels: :class:`~recursa.kernel.wire.Channels`,
+    or any other transport to a kernel (a gateway's) that offers the same two."""
+
+    on_comm: Callable[[Message], None] | None
+    """Where the channels hand every ``comm_msg`` of the API's comm from iopub."""
+
+    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+        """Send a message (on control when ``control``); KernelError once closed."""
+        ...
+
+
 class _Request:
     __slots__ = ("body", "method", "path", "timeout")
 
@@ -83,7 +95,7 @@ class _Request:
 class Relay:
     """Serves the kernel API to one kernel over its channels, through ``call``.
 
-    :meth:`attach` is called with every new :class:`Channels` of the kernel (a
+    :meth:`attach` is called with every new channels of the kernel (a
     restart makes new ones); :meth:`aclose` when the kernel is shut down.
     ``call`` may be set later (:attr:`call`), and replaced: requests that
     arrive while it is None are answered ``unavailable``.
@@ -93,7 +105,7 @@ class Relay:
 
     def __init__(self, call: ApiCall | None = None) -> None:
         self.call = call
-        self._channels: Channels | None = None
+        self._channels: CommChannels | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     @property
@@ -101,7 +113,7 @@ class Relay:
         """How many requests are running."""
         return len(self._tasks)
 
-    def attach(self, channels: Channels) -> None:
+    def attach(self, channels: CommChannels) -> None:
         """Serve the requests that arrive on ``channels`` from now on; those of
         earlier channels are cancelled and never answered."""
         self._drop_all()
@@ -175,7 +187,7 @@ class Relay:
             del self._tasks[request_id]
 
     async def _run(
-        self, channels: Channels, request_id: str, request: _Request, call: ApiCall
+        self, channels: CommChannels, request_id: str, request: _Request, call: ApiCall
     ) -> None:
         bound = None if request.timeout is None else request.timeout + REPLY_GRACE
         try:
@@ -192,7 +204,7 @@ class Relay:
             status, body = 500, error_body("internal", "the kernel API relay failed")
         self._reply(channels, request_id, status, body)
 
-    def _reply(self, channels: Channels, request_id: str, status: int, body: Any) -> None:
+    def _reply(self, channels: CommChannels, request_id: str, status: int, body: Any) -> None:
         if channels is not self._channels:
             return  # meant for a process replaced since
         content = {
@@ -242,5 +254,6 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "ApiCall",
     "ApiTransport",
+    "CommChannels",
     "Relay",
 ]
