@@ -17,7 +17,7 @@ from fake_kernel_host import FakeKernelHost
 from recursa.config import Config
 from recursa.daemon.app import create_apps, in_process
 from recursa.daemon.replies import StopSignal
-from recursa.kernel import Kernel, OutputPart
+from recursa.kernel import Kernel, OutputPart, launch, lifecycle
 from recursa.kernel.relay import MAX_IN_FLIGHT
 from recursa.protocol.wire import AgentMessage, Spawn
 
@@ -263,3 +263,25 @@ async def test_rlm_admission_latency_over_the_channel(kernel: Kernel, host: Fake
     # about 1.6 ms p50, 5 ms p99, on a busy two-CPU machine (iopub out, the
     # app in-process, control back: the reply wakes the cell from another thread).
     assert figures["p50"] < 0.005, figures
+
+
+async def test_the_extensions_command_line_setting_switches_a_kernel_to_the_channel(
+    tmp_path: Path,
+    config: Config,
+    host: FakeKernelHost,
+    tree: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--RecursaKernel.api_transport=comm`` alone (no silent use_comm())."""
+    flags = launch.extension_flags()
+    monkeypatch.setattr(
+        launch, "extension_flags", lambda: (*flags, "--RecursaKernel.api_transport=comm")
+    )
+    monkeypatch.setattr(lifecycle, "USE_COMM", "pass")
+    apps = create_apps(host, token="people-token", stop=StopSignal(), kernel_host=host)
+    async with Kernel(
+        tmp_path, config.kernel.env, runtime_dir=tmp_path / "rt", api_transport="comm"
+    ) as kernel:
+        kernel.serve_api(in_process(apps.kernel)(tree["token"]))
+        assert await run(kernel, "print((await rlm('flagged')).status)") == "running\n"
+    assert [c[2] for c in host.kernel_calls] == [Spawn(task="flagged")]
