@@ -208,3 +208,16 @@ async def test_a_request_past_its_wait_and_grace_is_given_up_unanswered(
             break
         await asyncio.sleep(0)
     assert relay.in_flight == 0 and channels.sent == []
+
+
+async def test_aclose_waits_for_requests_cancelled_before(
+    relay: Relay, channels: FakeChannels
+) -> None:
+    gate = Gate()
+    relay.call = gate
+    channels.comm(request("a"))
+    channels.comm(request("b"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    relay.detach()  # cancelled, not yet ended
+    await relay.aclose()
+    assert gate.cancelled == 2

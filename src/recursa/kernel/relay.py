@@ -100,13 +100,15 @@ class Relay:
     ``call`` may be set later (:attr:`call`), and replaced: requests that
     arrive while it is None are answered ``unavailable``.
     Invariants: runs on one event loop; every task it starts is in
-    :attr:`_tasks` until it ends, and ends by :meth:`aclose`.
+    :attr:`_running` until it ends (and in :attr:`_tasks`, by its request's id,
+    until it ends or is cancelled); none outlives :meth:`aclose`.
     """
 
     def __init__(self, call: ApiCall | None = None) -> None:
         self.call = call
         self._channels: CommChannels | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._running: set[asyncio.Task[None]] = set()
 
     @property
     def in_flight(self) -> int:
@@ -125,11 +127,11 @@ class Relay:
         self._drop_all()
 
     async def aclose(self) -> None:
-        """:meth:`detach`, and wait until every request's task has ended."""
-        tasks = list(self._tasks.values())
+        """:meth:`detach`, and wait until every request's task has ended
+        (those cancelled before included)."""
         self._drop_all()
-        if tasks:
-            await asyncio.wait(tasks)
+        if self._running:
+            await asyncio.wait(set(self._running))
 
     def _drop_all(self) -> None:
         if self._channels is not None and self._channels.on_comm == self.receive:
@@ -180,9 +182,11 @@ class Relay:
             self._run(channels, request_id, request, call), name="recursa-kernel-api-relay"
         )
         self._tasks[request_id] = task
+        self._running.add(task)
         task.add_done_callback(lambda done: self._ended(request_id, done))
 
     def _ended(self, request_id: str, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
         if self._tasks.get(request_id) is task:
             del self._tasks[request_id]
 

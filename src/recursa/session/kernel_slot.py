@@ -147,7 +147,9 @@ class KernelSlot:
             return False
 
         if kernel.api_transport == "comm":
-            self._serve(kernel)  # the socket's token is still in the kernel; this one is not
+            # A socket kernel kept the token it was given; a comm kernel's
+            # token was held by the daemon that crashed, so it gets a new one.
+            self._serve(kernel)
         self._task = asyncio.get_running_loop().create_future()
         self._task.set_result(kernel)
         self._dirty = True  # cells may have run after its last snapshot
