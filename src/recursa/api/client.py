@@ -1,5 +1,7 @@
 """The kernel's connection to the daemon: HTTP over its unix socket, with the
-session's kernel token.
+session's kernel token; or, in a kernel switched to it, comm messages on the
+kernel's own Jupyter channels (:mod:`recursa.api.channel`), with no socket and
+no token. :func:`_call` is where the two part; replies and errors are the same.
 
 This module runs inside a kernel process, not in the daemon. It is the one
 place besides :mod:`recursa.config` that reads ``os.environ``: the kernel's
