@@ -59,6 +59,8 @@ The file, field by field::
                                         # the token stays in the daemon, never in a kernel
     kernel_name = ""                    # the kernelspec to start ("" = the gateway's default);
                                         # its Python must import recursa
+    api = "socket"                      # how kernels reach rlm() and the rest: "socket" (the
+                                        # daemon's kernel socket) or "comm" (their own channels)
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
@@ -125,6 +127,11 @@ from recursa.validation import one_line, within
 
 ProviderKind = Literal["openai", "anthropic"]
 SandboxKind = Literal["bwrap", "none"]
+ApiTransport = Literal["socket", "comm"]
+"""How a kernel reaches the kernel API: HTTP over the daemon's kernel socket,
+with a token in its environment, or comm messages on its own Jupyter channels
+(:mod:`recursa.kernel.relay`)."""
+DEFAULT_KERNEL_API: ApiTransport = "socket"
 """How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
 CONFIG_FILE_NAME = "config.toml"
@@ -275,6 +282,10 @@ class KernelConfig:
     """Where a session's kernel runs unless its run or ``rlm()`` call says otherwise."""
     gateway: GatewayConfig | None = None
     """The Jupyter gateway of the ``gateway`` backend, when one is configured."""
+    api: ApiTransport = DEFAULT_KERNEL_API
+    """How kernels reach the kernel API: "socket" (the daemon's kernel socket
+    and a token in the kernel's environment) or "comm" (the kernel's own
+    Jupyter channels; no socket, no token in the kernel)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +523,7 @@ class KernelTable(_Table):
     fork_server: bool = DEFAULT_KERNEL_FORK_SERVER
     backend: KernelBackend = "local"
     gateway: GatewayTable | None = None
+    api: ApiTransport = DEFAULT_KERNEL_API
 
 
 class SessionsTable(_Table):
@@ -630,6 +642,7 @@ def load_config(
             fork_server=kernel.fork_server,
             backend=kernel.backend,
             gateway=gateway,
+            api=kernel.api,
         ),
         sessions=SessionsConfig(
             idle_timeout=sessions.idle_timeout or None,
@@ -780,6 +793,7 @@ def _providers(
 
 __all__ = [
     "AgentsConfig",
+    "ApiTransport",
     "Config",
     "KernelConfig",
     "Limits",

@@ -118,7 +118,11 @@ async def test_a_two_cell_run_answers_through_the_gateway_and_stops_its_kernel(
     write_config(home, kernel_gateway)
     env = run_env(gw_env, kernel_gateway)
     server.push(
-        cell("import os\nx = 6 * 7\nprint(os.environ.get('" + TOKEN_VAR + "'), os.getcwd())"),
+        cell(
+            "import os\nx = 6 * 7\n"
+            f"names = [{TOKEN_VAR!r}, 'RECURSA_API_SOCKET', 'RECURSA_KERNEL_TOKEN']\n"
+            "print([os.environ.get(n) for n in names], os.getcwd())"
+        ),
         cell("print(x)"),
         Reply(text="the answer is 42"),
     )
@@ -128,9 +132,10 @@ async def test_a_two_cell_run_answers_through_the_gateway_and_stops_its_kernel(
     assert pid == 0 and where.startswith("gateway:")
     kernel_id = where.removeprefix("gateway:")
     assert kernel_id in {k["id"] for k in kernel_gateway.kernels()}
-    # The first cell printed the token variable (unset in the kernel) and its directory.
+    # The first cell printed the token's variable and the kernel API's (none is
+    # set: the API travels on the kernel's own channels) and its directory.
     first = tool_results(server.requests[1].body)[0]
-    assert f"None {tmp_path}" in first and kernel_gateway.token not in first
+    assert f"[None, None, None] {tmp_path}" in first and kernel_gateway.token not in first
     assert kernel_descendants(daemon_pid(home)) == []
     transcript = ok(["logs", session], env, tmp_path)
     assert f"gateway kernel {kernel_id}" in transcript and kernel_gateway.token not in transcript

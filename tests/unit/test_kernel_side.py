@@ -304,3 +304,17 @@ def test_the_extension_reads_its_settings_from_the_kernels_command_line() -> Non
     settings = RecursaKernel(config=app.config)
     assert settings.output_chunk_chars == OUTPUT_CHUNK_CHARS
     assert settings.iopub_send_queue == IOPUB_QUEUE_MESSAGES
+
+
+def test_the_api_transport_is_a_setting_of_the_extension() -> None:
+    from ipykernel.kernelapp import IPKernelApp
+    from traitlets import TraitError
+
+    assert RecursaKernel().api_transport == "socket"
+    app = IPKernelApp()
+    app.parse_command_line(["--RecursaKernel.api_transport=comm"])
+    assert RecursaKernel(config=app.config).api_transport == "comm"
+    app = IPKernelApp()
+    app.parse_command_line(["--RecursaKernel.api_transport=pigeon"])
+    with pytest.raises(TraitError):
+        RecursaKernel(config=app.config)

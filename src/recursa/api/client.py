@@ -1,5 +1,7 @@
 """The kernel's connection to the daemon: HTTP over its unix socket, with the
-session's kernel token.
+session's kernel token; or, in a kernel switched to it, comm messages on the
+kernel's own Jupyter channels (:mod:`recursa.api.channel`), with no socket and
+no token. :func:`_call` is where the two part; replies and errors are the same.
 
 This module runs inside a kernel process, not in the daemon. It is the one
 place besides :mod:`recursa.config` that reads ``os.environ``: the kernel's
@@ -31,6 +33,7 @@ import os
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from recursa.api import channel
 from recursa.errors import (
     WIRE_EXCEPTIONS,
     AuthError,
@@ -149,8 +152,18 @@ async def _call(
     timeout: float | None,  # noqa: ASYNC109 -- a read timeout, passed to httpx2
     what: str,
 ) -> Any:
-    """Send one request (``path`` under the API prefix) and return the reply's JSON."""
+    """Send one request (``path`` under the API prefix) and return the reply's JSON,
+    over the kernel's channels when it was switched to them (:mod:`recursa.api.channel`),
+    else over the daemon's socket."""
     __tracebackhide__ = True
+    if channel.active():
+        reply = await channel.call(method, path, body, timeout=timeout)
+        if reply is None:
+            raise DaemonError(f"the recursa daemon did not answer {what} in time")
+        status, data = reply
+        if not 200 <= status < 300:
+            raise _error_of(status, data, what)
+        return data
     import httpx2
 
     from recursa.protocol.events import json_text
@@ -185,12 +198,15 @@ async def _call(
         # state is unknown, so the next call starts with a new client.
         _forget(connection)
         raise
-    if not response.is_success:
-        raise _error_of(response, what)
     try:
-        return response.json()
+        data = response.json()
     except ValueError:
-        raise malformed(what) from None
+        if response.is_success:
+            raise malformed(what) from None
+        data = None
+    if not response.is_success:
+        raise _error_of(response.status_code, data, what)
+    return data
 
 
 async def aclose() -> None:
@@ -279,17 +295,18 @@ def _forget(connection: _Connection) -> None:
         _current = None
 
 
-def _error_of(response: httpx2.Response, what: str) -> RecursaError:
+def _error_of(status: int, data: object, what: str) -> RecursaError:
+    """The exception for an error reply: HTTP ``status`` and its body's JSON (None if not JSON)."""
     kind, message = "", ""
     try:
-        error = response.json()["error"]
+        error = data["error"]  # type: ignore[index]
         kind, message = str(error["kind"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, IndexError):
         pass
     if kind == "auth":
         return AuthError(f"the recursa daemon refused this kernel's token during {what}")
     if not message:
-        return DaemonError(f"the recursa daemon answered {what} with HTTP {response.status_code}")
+        return DaemonError(f"the recursa daemon answered {what} with HTTP {status}")
     cls = _EXCEPTIONS.get(kind, DaemonError)
     return cls(one_line(message, first_line=True))
 

@@ -13,6 +13,8 @@ kernel's command line as IPython configuration (``--RecursaKernel.NAME=VALUE``,
 - makes an interrupt stop a cell that is awaiting (a signal wakes the event
   loop);
 - stops forcing colors on the programs a cell runs;
+- with ``api_transport=comm``, sends the kernel API's requests over the
+  kernel's own channels (:mod:`recursa.api.channel`);
 - changes the output streams (:mod:`recursa.api.streams`,
   :mod:`recursa.api.pump`): all that a cell writes to its descriptors is part
   of that cell's output, ahead of its result, and a flood of output is sent
@@ -34,10 +36,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from traitlets import Int
+from traitlets import Enum, Int
 from traitlets.config import Configurable
 
-from recursa.api import client, hooks, install, pump, streams
+from recursa.api import channel, client, hooks, install, pump, streams
 
 FORCED_COLOR_VARIABLES = ("FORCE_COLOR", "CLICOLOR_FORCE")
 """What ipykernel sets to force colors on, for notebooks that render ANSI codes."""
@@ -52,6 +54,13 @@ class RecursaKernel(Configurable):
     ).tag(config=True)
     iopub_send_queue = Int(
         64, help="Messages the iopub socket queues for a slow reader before a writer waits."
+    ).tag(config=True)
+    api_transport = Enum(
+        ("socket", "comm"),
+        "socket",
+        help="How the kernel API is reached: the daemon's socket (with the token in "
+        "the environment) or comm messages on this kernel's own channels "
+        "(recursa.api.channel; also switched on later by use_comm()).",
     ).tag(config=True)
 
 
@@ -79,6 +88,8 @@ def load_ipython_extension(shell: Any) -> None:
     pump.take_over_all(shell, settings.output_chunk_chars)
     streams.bound_writes_from_next_request(shell, settings.output_chunk_chars)
     lighten_requests(shell)
+    if settings.api_transport == "comm":
+        channel.use_comm(shell)
 
 
 def lighten_requests(shell: Any) -> None:

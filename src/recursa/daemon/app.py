@@ -10,6 +10,10 @@ The routes are served twice, once per channel (:mod:`recursa.daemon.auth`):
 each socket gets its own :class:`~recursa.daemon.auth.TokenAuth` in front of
 the one router, so a request reaches a route only with its channel's token.
 ``recursa daemon openapi`` prints the people's rows as an OpenAPI document.
+The kernel channel's app is also called in this process (:func:`in_process`),
+for kernels whose requests come over their own Jupyter channels
+(:mod:`recursa.kernel.relay`): the same routes and checks, with the
+session's kernel token, and no socket.
 
 Every failure is one JSON error body (:mod:`recursa.daemon.errormap`): a
 malformed request is 400, a bug is logged with its traceback and answered 500
@@ -19,7 +23,8 @@ refusals (no such route, a method not allowed) are wire errors too.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,11 +34,13 @@ from starlette.types import ASGIApp
 
 from recursa.daemon.auth import KernelAuth, TokenAuth
 from recursa.daemon.errormap import MAX_MESSAGE_CHARS
-from recursa.daemon.host import Host, KernelHost, missing_methods
+from recursa.daemon.host import Host, KernelHost, RelayingKernelHost, missing_methods
 from recursa.daemon.replies import MAX_BODY_BYTES, StopSignal, error_response
 from recursa.daemon.routes import operation_routes
 from recursa.errors import one_line
-from recursa.protocol.wire import HEARTBEAT_SECONDS
+from recursa.kernel import ApiCall
+from recursa.protocol.common import json_text
+from recursa.protocol.wire import API_PREFIX, HEARTBEAT_SECONDS, error_body
 
 
 class ChannelApps(NamedTuple):
@@ -61,7 +68,9 @@ def create_apps(
     mapped to its session by ``kernel_host.session_of_token`` (unless
     ``kernel_auth`` is given: tests); without either, the kernel channel
     refuses everything. ``stop`` ends event streams and long polls;
-    ``heartbeat`` is the longest silence on a followed stream."""
+    ``heartbeat`` is the longest silence on a followed stream. A kernel host
+    that relays (:class:`~recursa.daemon.host.RelayingKernelHost`) is given
+    the kernel app :func:`in_process`."""
     for target, audience in ((host, "person"), (kernel_host, "kernel")):
         missing = [] if target is None else missing_methods(target, audience)  # type: ignore[arg-type]
         if missing:
@@ -70,10 +79,49 @@ def create_apps(
     if kernel_host is not None and kernel_auth is None:
         kernel_auth = kernel_host.session_of_token
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
-    return ChannelApps(
+    apps = ChannelApps(
         people=TokenAuth(app, channel="people", token=token),
         kernel=TokenAuth(app, channel="kernel", kernel_auth=kernel_auth),
     )
+    if isinstance(kernel_host, RelayingKernelHost):
+        kernel_host.serve_in_process(in_process(apps.kernel))
+    return apps
+
+
+def in_process(app: ASGIApp) -> Callable[[str], ApiCall]:
+    """``app`` (a channel's, behind its :class:`~recursa.daemon.auth.TokenAuth`)
+    as a function of a token to an :data:`~recursa.kernel.relay.ApiCall`: each
+    call is one HTTP request to it in this process, with that token, and
+    returns the reply's status and JSON. A reply that is not JSON is an
+    ``internal`` error; timeouts are the caller's (the relay's)."""
+
+    def call_as(token: str) -> ApiCall:
+        headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+
+        async def call(
+            method: str,
+            path: str,
+            body: dict[str, Any] | None,
+            timeout: float | None,  # noqa: ASYNC109 -- the relay bounds the call
+        ) -> tuple[int, Any]:
+            import httpx2
+
+            content = json_text(body).encode() if body is not None else None
+            transport = httpx2.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx2.AsyncClient(
+                transport=transport, base_url="http://recursa", trust_env=False
+            ) as client:
+                response = await client.request(
+                    method, f"{API_PREFIX}{path}", content=content, headers=headers
+                )
+            try:
+                return response.status_code, response.json()
+            except ValueError:
+                return 500, error_body("internal", f"the kernel API answered {path} with no JSON")
+
+        return call
+
+    return call_as
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
@@ -87,4 +135,4 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return error_response("invalid", detail or f"bad request ({status})")
 
 
-__all__ = ["MAX_BODY_BYTES", "ChannelApps", "StopSignal", "create_apps"]
+__all__ = ["MAX_BODY_BYTES", "ChannelApps", "StopSignal", "create_apps", "in_process"]

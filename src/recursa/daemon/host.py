@@ -16,9 +16,11 @@ stream begins) and returns the async iterator of records.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from recursa.errors import UsageError
+from recursa.kernel import ApiCall
 from recursa.protocol.operations import Ack, Audience, operations
 from recursa.protocol.wire import Shutdown
 
@@ -37,6 +39,18 @@ class KernelHost(Protocol):
 
     def session_of_token(self, token: str) -> str | None:
         """The session a kernel token was minted for, or None."""
+        ...
+
+
+@runtime_checkable
+class RelayingKernelHost(KernelHost, Protocol):
+    """A kernel host whose kernels may also reach the kernel API over their own
+    channels (:mod:`recursa.kernel.relay`) rather than the kernel socket."""
+
+    def serve_in_process(self, call_as: Callable[[str], ApiCall]) -> None:
+        """From now on, relay such kernels' requests through ``call_as(token)``:
+        the kernel channel's app, called in this process with the session's
+        kernel token (:func:`recursa.daemon.app.create_apps` calls this)."""
         ...
 
 
@@ -82,4 +96,12 @@ def unserved(audience: Audience) -> type:
     return type(f"Unserved{audience.title()}Host", (), rows)
 
 
-__all__ = ["Host", "KernelHost", "kernel_host_of", "missing_methods", "served", "unserved"]
+__all__ = [
+    "Host",
+    "KernelHost",
+    "RelayingKernelHost",
+    "kernel_host_of",
+    "missing_methods",
+    "served",
+    "unserved",
+]

@@ -16,6 +16,7 @@ from recursa.kernel.process import (
     AttachOutcome,
     Kernel,
 )
+from recursa.kernel.relay import ApiCall, ApiTransport
 from recursa.kernel.remote import is_gateway_kernel
 from recursa.kernel.types import (
     CellOutput,
@@ -34,6 +35,8 @@ __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
     "DEFAULT_MAX_OUTPUT_CHARS",
     "DEFAULT_STARTUP_TIMEOUT",
+    "ApiCall",
+    "ApiTransport",
     "AttachOutcome",
     "CellOutput",
     "ExecStatus",

@@ -36,6 +36,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from recursa.errors import KernelError, one_line
 from recursa.kernel.wire import IOPUB_BACKLOG, JSONDict, Message, execute_content
+from recursa.protocol.wire import KERNEL_COMM_ID
 
 if TYPE_CHECKING:
     import httpx2
@@ -375,7 +376,11 @@ class GatewayChannels:
         parent_id = parent.get("msg_id")
         msg = Message(msg_type, parent_id if isinstance(parent_id, str) else None, content)
         if channel == "iopub":
-            if msg_type == "comm_msg" and self.on_comm is not None:
+            if (
+                msg_type == "comm_msg"
+                and self.on_comm is not None
+                and content.get("comm_id") == KERNEL_COMM_ID
+            ):
                 self.on_comm(msg)
                 return
             if msg_type == "status" and self.on_status is not None:

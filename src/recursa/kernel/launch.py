@@ -59,6 +59,11 @@ BOOTSTRAP = f"get_ipython().extension_manager.load_extension({EXTENSION!r})"
 whose settings are on the kernel's command line (:func:`extension_flags`).
 A kernel Python that cannot import recursa fails here, in one line."""
 
+USE_COMM = "__import__('recursa.api.channel').api.channel.use_comm(get_ipython())"
+"""Run silently after :data:`BOOTSTRAP` in a kernel whose API goes over its own
+channels (:mod:`recursa.api.channel`, :mod:`recursa.kernel.relay`): a kernel the
+harness did not launch (a gateway's) is switched the same way. Binds no name."""
+
 
 def extension_flags() -> tuple[str, ...]:
     """The extension's settings, as IPython configuration on the command line
@@ -175,6 +180,7 @@ __all__ = [
     "KERNEL_FLAGS",
     "MAX_IPC_PATH_BYTES",
     "OUTPUT_CHUNK_CHARS",
+    "USE_COMM",
     "extension_flags",
     "kernel_argv",
     "kernel_dir",

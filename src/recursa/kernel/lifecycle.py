@@ -32,9 +32,17 @@ from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
 from recursa.kernel.forkserver import ForkServer, ForkServers
-from recursa.kernel.launch import BOOTSTRAP, IPC_NAME, kernel_dir, kernel_dir_of, make_manager
+from recursa.kernel.launch import (
+    BOOTSTRAP,
+    IPC_NAME,
+    USE_COMM,
+    kernel_dir,
+    kernel_dir_of,
+    make_manager,
+)
 from recursa.kernel.limits import release_limits
 from recursa.kernel.orphans import connection_name
+from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import (
     NO_SANDBOX,
     KernelView,
@@ -81,7 +89,9 @@ class KernelProcess:
     new name in ``runtime_dir`` is made up. Each process runs under
     ``sandbox`` (:mod:`recursa.kernel.sandbox`), bound to the workspace of
     its first launch and to ``api_socket`` (the kernel API's socket);
-    its sockets are in its own directory (:attr:`kernel_dir`).
+    its sockets are in its own directory (:attr:`kernel_dir`). With ``relay``
+    the kernel API goes over the kernel's own channels: every process is
+    bootstrapped for it, and the relay serves each new :attr:`channels`.
     """
 
     def __init__(
@@ -96,7 +106,9 @@ class KernelProcess:
         api_socket: Path | None = None,
         workspace: Path | None = None,
         forks: ForkServers | None = None,
+        relay: Relay | None = None,
     ) -> None:
+        self.relay = relay
         self._env = {k: v for k, v in env.items() if k not in _PARENT_VARIABLES}
         self._forks = forks
         self.forked = False
@@ -204,9 +216,10 @@ class KernelProcess:
             else:
                 self._watch = await self._spawn(cwd)
             self._watch.watch(loop, self._on_exit)
-            self.channels = Channels(self._manager.get_connection_info(), loop)
+            self.channels = self._connect(loop)
             await self._wait_ready(deadline)
-            await self.silent(BOOTSTRAP, deadline=deadline)
+            bootstrap = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
+            await self.silent(bootstrap, deadline=deadline)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await self.stop(graceful=False)
@@ -214,6 +227,22 @@ class KernelProcess:
                 raise  # ours already, or a cancellation
             detail = f"{exc}{self._log_tail()}"
             raise KernelError(f"could not start a kernel with {self._python}: {detail}") from exc
+
+    def _disconnect(self) -> None:
+        """Close the channels; the relay's requests end unanswered."""
+        if self.relay is not None:
+            self.relay.detach()
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+
+    def _connect(self, loop: asyncio.AbstractEventLoop) -> Channels:
+        """New channels to the current process, served by the relay if any."""
+        assert self._manager is not None
+        channels = Channels(self._manager.get_connection_info(), loop)
+        if self.relay is not None:
+            self.relay.attach(channels)
+        return channels
 
     async def _spawn(self, cwd: Path) -> ProcessWatch:
         """Launch the process by exec (jupyter_client's way)."""
@@ -331,7 +360,7 @@ class KernelProcess:
             )
             self._manager.load_connection_info(cast("KernelConnectionInfo", info))
             watch.watch(loop, self._on_exit)
-            self.channels = Channels(self._manager.get_connection_info(), loop)
+            self.channels = self._connect(loop)
             answered = await self._ask_control(loop.time() + answer_within)
         except BaseException:
             self.let_go()
@@ -350,9 +379,7 @@ class KernelProcess:
     def let_go(self) -> None:
         """Forget the process without stopping it: close the channels and the
         watch, keep every file. It runs on, for a later :meth:`adopt`."""
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        self._disconnect()
         if self._watch is not None:
             self._watch.close()
             self._watch = None
@@ -456,9 +483,7 @@ class KernelProcess:
         waiting: if :meth:`stop` is cancelled again while it waits for the
         exit, at most files are left (which :mod:`recursa.kernel.orphans`
         removes later), never a process."""
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        self._disconnect()
         watch = self._current_watch()
         if watch is not None:
             watch.signal_group(signal.SIGKILL)
@@ -482,9 +507,7 @@ class KernelProcess:
                 await watch.wait_exit(SHUTDOWN_GRACE)
             except Exception:
                 log.debug("polite kernel shutdown failed; killing it", exc_info=True)
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        self._disconnect()
         if watch is not None:
             if watch.is_alive():
                 # The whole process group: the kernel leads its own session,

@@ -37,6 +37,7 @@ from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.gateway import GatewayClient
 from recursa.kernel.orphans import stop_orphans
 from recursa.kernel.process import DEFAULT_INTERRUPT_GRACE, DEFAULT_STARTUP_TIMEOUT, Kernel
+from recursa.kernel.relay import ApiTransport
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.supervisor import Supervisor
 
@@ -60,6 +61,7 @@ class KernelPool:
     workspace and binding (:mod:`recursa.kernel.forkserver`), where that works.
     With ``gateway`` every kernel is one of that Jupyter gateway's
     (:mod:`recursa.kernel.remote`): no fork server, no local sandbox.
+    ``api_transport`` is how its kernels reach the kernel API (see :class:`Kernel`).
     """
 
     def __init__(
@@ -77,7 +79,10 @@ class KernelPool:
         api_socket: Path | None = None,
         fork_server: bool = False,
         gateway: GatewayClient | None = None,
+        api_transport: ApiTransport = "socket",
     ) -> None:
+        self.api_transport: ApiTransport = api_transport
+        """How its kernels reach the kernel API (:class:`Kernel`'s ``api_transport``)."""
         if size < 0:
             raise ValueError("size must be >= 0")
         self._env = dict(env)
@@ -100,8 +105,10 @@ class KernelPool:
         self._closed = False
         self._gateway = gateway
         if gateway is not None:
-            # The gateway's host runs and confines its kernels.
+            # The gateway's host runs and confines its kernels, which reach the
+            # kernel API over their own channels (no socket back to this host).
             fork_server, sandbox = False, NO_SANDBOX
+            self.api_transport = "comm"
         self._forks = ForkServers(self._runtime_dir, self._env) if fork_server else None
         self._sandbox = sandbox
         self._api_socket = api_socket
@@ -203,6 +210,7 @@ class KernelPool:
             api_socket=self._api_socket,
             forks=self._forks,
             gateway=self._gateway,
+            api_transport=self.api_transport,
         )
 
     async def stop_orphans(self, *, keep: Collection[Path]) -> list[int]:
@@ -281,6 +289,7 @@ class KernelPool:
             api_socket=self._api_socket,
             forks=self._forks,
             gateway=self._gateway,
+            api_transport=self.api_transport,
         )
 
     def _fits(self, kernel: Kernel) -> bool:

@@ -51,6 +51,7 @@ from recursa.kernel.commands import HarnessCommands, absolute
 from recursa.kernel.forkserver import ForkServers
 from recursa.kernel.gateway import GatewayClient
 from recursa.kernel.lifecycle import KernelProcess
+from recursa.kernel.relay import ApiCall, ApiTransport, Relay
 from recursa.kernel.remote import GATEWAY_PREFIX, GatewayProcess
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 from recursa.kernel.types import CellOutput
@@ -92,6 +93,9 @@ class Kernel(HarnessCommands):
     reaches the kernel API only at ``api_socket``. With ``forks`` its
     processes are forked from a pre-imported zygote where one works
     (:mod:`recursa.kernel.forkserver`), else launched the usual way.
+    ``api_transport`` is how its code reaches the kernel API: ``"socket"``
+    (the socket and token :meth:`export_env` gives it) or ``"comm"`` (its
+    own channels, served by :meth:`serve_api`; :mod:`recursa.kernel.relay`).
 
     Use ``async with Kernel(...) as kernel:`` or pair :meth:`start` with
     :meth:`shutdown`. A kernel is bound to the event loop that started it.
@@ -116,14 +120,22 @@ class Kernel(HarnessCommands):
         forks: ForkServers | None = None,
         gateway: GatewayClient | None = None,
         kernel_id: str | None = None,
+        api_transport: ApiTransport = "socket",
     ) -> None:
         self._cwd = absolute(cwd)
+        # A gateway's kernel has no socket back to the daemon: its API is its channels.
+        remote = gateway is not None
+        self._relay = Relay() if api_transport == "comm" or remote else None
         self.interrupt_grace = interrupt_grace
         self.max_output_chars = max_output_chars
         self._proc: KernelProcess | GatewayProcess
         if gateway is not None:
             self._proc = GatewayProcess(
-                gateway, startup_timeout=startup_timeout, kernel_id=kernel_id, workspace=self._cwd
+                gateway,
+                startup_timeout=startup_timeout,
+                kernel_id=kernel_id,
+                workspace=self._cwd,
+                relay=self._relay,
             )
         else:
             runtime = Path(runtime_dir) if runtime_dir is not None else Path(jupyter_runtime_dir())
@@ -137,6 +149,7 @@ class Kernel(HarnessCommands):
                 api_socket=api_socket,
                 workspace=self._cwd,
                 forks=forks,
+                relay=self._relay,
             )
         self._lock = asyncio.Lock()
         self._running = False
@@ -190,6 +203,17 @@ class Kernel(HarnessCommands):
         return self._proc.api_socket
 
     @property
+    def api_transport(self) -> ApiTransport:
+        return "socket" if self._relay is None else "comm"
+
+    def serve_api(self, call: ApiCall | None) -> None:
+        """Serve a ``"comm"`` kernel's API requests through ``call``, bound to
+        its session (None: refuse them), from now on and across restarts."""
+        if self._relay is None:
+            raise KernelError("this kernel reaches the kernel API by its socket")
+        self._relay.call = call
+
+    @property
     def forked(self) -> bool:
         """The current process was forked from a fork server (not exec'd)."""
         return self._proc.forked
@@ -235,6 +259,7 @@ class Kernel(HarnessCommands):
         api_socket: Path | None = None,
         forks: ForkServers | None = None,
         gateway: GatewayClient | None = None,
+        api_transport: ApiTransport = "socket",
     ) -> Kernel:
         """Take over the live kernel ``pid`` that an earlier process started
         with ``connection_file``; its namespace is untouched.
@@ -272,6 +297,7 @@ class Kernel(HarnessCommands):
             forks=forks,
             gateway=gateway,
             kernel_id=kernel_id,
+            api_transport=api_transport,
         )
         async with kernel._lock:
             await kernel._take_over(pid, answer_within)
@@ -341,6 +367,8 @@ class Kernel(HarnessCommands):
                 return
             self._closed = True
             await self._proc.stop(graceful=not busy)
+            if self._relay is not None:
+                await self._relay.aclose()
             self._stopped = True
 
     async def interrupt(self) -> None:

@@ -28,15 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from recursa.errors import KernelError
 from recursa.kernel.driver import ChannelDriver
 from recursa.kernel.gateway import GatewayChannels, GatewayClient, GatewaySettings, KernelGone
-from recursa.kernel.launch import BOOTSTRAP
+from recursa.kernel.launch import BOOTSTRAP, USE_COMM
+from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
-from recursa.kernel.wire import Message
 
 CHECK_INTERVAL = 1.0
 """How often a waiter looks at a gateway kernel again (its death also wakes it)."""
@@ -76,15 +76,15 @@ class GatewayProcess(ChannelDriver):
         startup_timeout: float,
         kernel_id: str | None = None,
         workspace: Path | None = None,
+        relay: Relay | None = None,
     ) -> None:
         self.client = client
+        self.relay = relay
         self.startup_timeout = startup_timeout
         self.kernel_id = kernel_id
         self.workspace = workspace
         self.channels: GatewayChannels | None = None
         self.startup_time: float | None = None
-        self.on_comm: Callable[[Message], None] | None = None
-        """Given to every channels object this process opens (the kernel API's relay)."""
         self._dead = ""
         self._restart_next = False
 
@@ -133,7 +133,8 @@ class GatewayProcess(ChannelDriver):
                 self.kernel_id = await self.client.start_kernel()
             await self._connect(deadline)
             await self.wait_ready(deadline)
-            await self.silent(BOOTSTRAP, deadline=deadline)
+            bootstrap = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
+            await self.silent(bootstrap, deadline=deadline)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await self.stop(graceful=False)
@@ -157,11 +158,20 @@ class GatewayProcess(ChannelDriver):
         loop = asyncio.get_running_loop()
         timeout = max(deadline - loop.time(), 0.1)
         channels = await GatewayChannels.connect(self.settings, self.kernel_id, within=timeout)
-        channels.on_comm = self.on_comm
+        if self.relay is not None:
+            self.relay.attach(channels)
         channels.on_status = self._on_status
         self._dead = ""
         self.channels = channels
         self.client.watch(self.kernel_id, self._gone)
+
+    def _disconnect(self) -> None:
+        """Close the channels; the relay's requests end unanswered."""
+        if self.relay is not None:
+            self.relay.detach()
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
 
     def _gone(self, why: str) -> None:
         if not self._dead:
@@ -204,9 +214,7 @@ class GatewayProcess(ChannelDriver):
         """Close the channels and keep the kernel, for a later :meth:`adopt`."""
         if self.kernel_id is not None:
             self.client.unwatch(self.kernel_id)
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        self._disconnect()
 
     # -- control ------------------------------------------------------------------------
 
@@ -223,9 +231,7 @@ class GatewayProcess(ChannelDriver):
         ``keep_connection_file`` (a restart) keep it for :meth:`launch` to
         restart under its id. Safe with no kernel. ``graceful`` makes no
         difference: the gateway shuts a kernel down politely, then by force."""
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        self._disconnect()
         if self.kernel_id is None:
             return
         self.client.unwatch(self.kernel_id)

@@ -16,6 +16,10 @@ needs around it and a notebook does not:
   its requests. Everything else (a background thread's output between
   cells, late replies to probes sent again) is discarded as it arrives, so
   nothing piles up while nobody reads.
+- The kernel API's messages (a ``comm_msg`` of the comm
+  :data:`~recursa.protocol.wire.KERNEL_COMM_ID` on iopub) go to
+  :attr:`Channels.on_comm` whenever they arrive, request or not, and never
+  into a request's iopub (:mod:`recursa.kernel.relay`).
 - Flow control: the iopub socket's receive queue holds at most
   :data:`IOPUB_QUEUE_MESSAGES` messages, and the reader keeps at most
   :data:`IOPUB_BACKLOG` parsed ones for the request; when both are full it
@@ -35,7 +39,7 @@ import hmac
 import math
 import os
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,6 +51,7 @@ from jupyter_client.session import Session
 from traitlets import TraitError
 
 from recursa.errors import KernelError
+from recursa.protocol.wire import KERNEL_COMM_ID
 
 if TYPE_CHECKING:
     from jupyter_client.connect import KernelConnectionInfo
@@ -189,6 +194,10 @@ class Channels:
         self._plain: tuple[zmq.Socket[bytes], ...] = ()
         self._fds: list[int] = []
         self._channels: tuple[AsyncZMQSocketChannel, ...] = ()
+        self.on_comm: Callable[[Message], None] | None = None
+        """Called, on the loop, with every ``comm_msg`` of the kernel API's comm
+        that arrives on iopub (at any time); None: they are treated like any
+        other iopub message. It must not raise."""
         self.client = _Client(context=shared_context(), session=self.session)
         """The jupyter_client client whose channels these are."""
         try:
@@ -251,10 +260,19 @@ class Channels:
         self._loop.call_soon(self._drain, index)
 
     def _take_iopub(self, frames: list[bytes]) -> None:
-        if not self._keep_iopub:
+        on_comm = self.on_comm
+        if not self._keep_iopub and on_comm is None:
             return  # nobody's: a background thread's output between requests
         msg = parse_message(self.session, frames)
-        if msg is not None:
+        if msg is None:
+            return
+        if (
+            on_comm is not None
+            and msg.msg_type == "comm_msg"
+            and msg.content.get("comm_id") == KERNEL_COMM_ID
+        ):
+            on_comm(msg)
+        elif self._keep_iopub:
             self._iopub.append(msg)
             self.wake()
 
@@ -371,6 +389,7 @@ class Channels:
                 self._loop.remove_reader(fd)
         self._fds.clear()
         self._plain = ()
+        self.on_comm = None
         for channel in self._channels:
             channel.close()
         self._paused = False

@@ -73,6 +73,12 @@ EditOp = Literal["create", "update", "delete", "rollback"]
 HEADER_CLIENT = "Recursa-Client"
 HEADER_COMMAND = "Recursa-Command"
 API_PREFIX = "/v1"
+KERNEL_COMM_ID = "recursa.api"
+"""The comm id of the kernel API over a kernel's own Jupyter channels: a kernel's
+requests are ``comm_msg`` on iopub with it, the daemon's replies ``comm_msg`` on
+control with it (:mod:`recursa.api.channel`, :mod:`recursa.kernel.relay`). Fixed,
+with no ``comm_open``: identity comes from the connection the message arrived
+on, never from anything in it."""
 HEARTBEAT_SECONDS = 15.0
 """Longest silence on a followed event stream before the daemon sends a heartbeat."""
 
@@ -517,6 +523,7 @@ __all__ = [
     "HEADER_CLIENT",
     "HEADER_COMMAND",
     "HEARTBEAT_SECONDS",
+    "KERNEL_COMM_ID",
     "PROTOCOL_VERSION",
     "AgentMessage",
     "Autonomous",

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from recursa.kernel import ApiCall
 from recursa.protocol.events import TurnEnded
 from recursa.runtime.tree import display_name
 from recursa.session import Session
@@ -66,6 +67,19 @@ class Boundaries:
         runtime.store.tokens.revoke(session_id)  # a session speaks through one kernel at a time
         token = runtime.store.tokens.mint(session_id)
         return {"RECURSA_API_SOCKET": str(runtime.api_socket), "RECURSA_KERNEL_TOKEN": token}
+
+    def kernel_relay(self, session_id: str) -> ApiCall | None:
+        """The kernel API as ``session_id``, for a kernel that reaches it over its
+        own channels; None when nobody serves it here. Like :meth:`kernel_env`
+        it mints the session's one token (revoking the last), which stays in
+        this process: the kernel never sees it, and revoking it (the kernel
+        let go) closes the relay too."""
+        call_as = self.runtime.kernel_api_as
+        if call_as is None:
+            return None
+        tokens = self.runtime.store.tokens
+        tokens.revoke(session_id)
+        return call_as(tokens.mint(session_id))
 
     def _report_to_parent(self, child: Session, ended: TurnEnded) -> None:
         """A sub-agent's turn ended: its answer (or why it stopped) goes to its parent."""

@@ -7,8 +7,11 @@ kernel's token; these methods never take it from a request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from recursa.errors import NotFound, UsageError
 from recursa.harness.entries import reason_text
+from recursa.kernel import ApiCall
 from recursa.protocol.control import (
     AddSchedule,
     CompleteGoal,
@@ -65,6 +68,11 @@ class KernelApi:
         self.light = LightCalls(runtime)
 
     # ---------------------------------------------------- the kernel-side API
+
+    def serve_in_process(self, call_as: Callable[[str], ApiCall]) -> None:
+        """Kernels that reach the API over their own channels are relayed
+        through ``call_as`` (the daemon's kernel app, in this process)."""
+        self.runtime.kernel_api_as = call_as
 
     def session_of_token(self, token: str) -> str | None:
         session = self.store.tokens.session_of(token)

@@ -32,7 +32,7 @@ from types import TracebackType
 from recursa.config import Config, Limits
 from recursa.control.budget import Budgets
 from recursa.errors import ModelUnavailable, StoreError, UsageError
-from recursa.kernel import GatewayClient, GatewaySettings, KernelPool
+from recursa.kernel import ApiCall, GatewayClient, GatewaySettings, KernelPool
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.sandbox import SandboxPolicy
 from recursa.kernel.venv import resolve_kernel_python
@@ -91,6 +91,10 @@ class Runtime:
         self.boundaries = Boundaries(self)
         """Every session's host: its turns' start and end (:mod:`recursa.runtime.boundaries`)."""
         self._api_socket: Path | None = None
+        self.kernel_api_as: Callable[[str], ApiCall] | None = None
+        """The kernel API called in this process with a kernel token (set by
+        whoever serves the API): what a ``"comm"`` kernel's requests go
+        through, as its session (:meth:`Boundaries.kernel_relay`)."""
         self.kernel_cap = KernelCap(
             kernels, config.sessions.max_kernels, lambda: self.sessions, self.pulse
         )
@@ -163,6 +167,7 @@ class Runtime:
                 limits=KernelLimits.from_config(config.kernel),
             ),
             fork_server=config.kernel.fork_server,
+            api_transport=config.kernel.api,
         )
         if warm_kernels:
             await kernels.start()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from recursa.config import DEFAULT_INLINE_INPUT_SHARE, Limits
+from recursa.kernel import ApiCall
 from recursa.models.types import ModelInfo
 from recursa.protocol.events import TurnEnded
 from recursa.session.gateway import Gateway
@@ -48,6 +49,11 @@ class SessionHost(Protocol):
     def kernel_env(self, session_id: str) -> Mapping[str, str]:
         """Variables to set in every kernel the session gets (the kernel API's
         socket and token)."""
+
+    def kernel_relay(self, session_id: str) -> ApiCall | None:
+        """The kernel API as the session, for a kernel that reaches it over its
+        own channels (``api_transport="comm"``), got after every start in place
+        of :meth:`kernel_env`; None when it is not served."""
 
 
 @dataclass(frozen=True, slots=True)

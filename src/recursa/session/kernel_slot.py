@@ -29,7 +29,7 @@ from typing import Protocol
 
 from recursa.config import Limits
 from recursa.errors import KernelError
-from recursa.kernel import CellOutput, Kernel, OutputPart, bound_text
+from recursa.kernel import ApiCall, CellOutput, Kernel, OutputPart, bound_text
 from recursa.protocol.events import CellFinished, Event, EventRecord, KernelStatus, Notice
 from recursa.protocol.events import CellOutput as CellOutputEvent
 from recursa.store import Store
@@ -63,6 +63,10 @@ class SlotDeps:
     kernel_env: Callable[[], Mapping[str, str]] | None = None
     backend: str = "local"
     """Where the session's kernels run: ``local`` or ``gateway``."""
+    kernel_relay: Callable[[], ApiCall | None] | None = None
+    """The kernel API as the session, for a kernel that reaches it over its own
+    channels (``api_transport="comm"``): asked after every start and reattach
+    instead of ``kernel_env``."""
     prelude: Callable[[], tuple[str, str] | None] | None = None
     """``(digest, code)`` to run silently in the kernel before a cell whenever
     the digest changed or the kernel is new (the harness's skills), or None."""
@@ -151,6 +155,10 @@ class KernelSlot:
             self.deps.store.kernels.forget(self.session_id)
             return False
 
+        if kernel.api_transport == "comm":
+            # A socket kernel kept the token it was given; a comm kernel's
+            # token was held by the daemon that crashed, so it gets a new one.
+            self._serve(kernel)
         self._task = asyncio.get_running_loop().create_future()
         self._task.set_result(kernel)
         self._dirty = True  # cells may have run after its last snapshot
@@ -186,9 +194,17 @@ class KernelSlot:
             self.deps.store.kernels.record(self.session_id, pid, str(kernel.connection_file))
 
     async def _export(self, kernel: Kernel) -> None:
-        """Give the kernel what its API needs (socket, token): after every start."""
-        if self.deps.kernel_env is not None:
+        """Give the kernel what its API needs (socket and token, or the relay of
+        its channels): after every start."""
+        if kernel.api_transport == "comm":
+            self._serve(kernel)
+        elif self.deps.kernel_env is not None:
             await kernel.export_env(self.deps.kernel_env())
+
+    def _serve(self, kernel: Kernel) -> None:
+        """Serve a ``"comm"`` kernel's API requests as this session."""
+        relay = self.deps.kernel_relay
+        kernel.serve_api(relay() if relay is not None else None)
 
     async def set_variables(self, values: Mapping[str, str]) -> None:
         """Put ``values`` in the kernel's namespace (a kernel is got first), then

@@ -87,6 +87,7 @@ class Session:
                 snapshot_max_bytes=deps.snapshot_max_bytes,
                 kernel_env=lambda: deps.host.kernel_env(session_id),
                 backend=deps.kernel_backend,
+                kernel_relay=lambda: deps.host.kernel_relay(session_id),
                 prelude=lambda: self._model.prelude,
             ),
         )
