@@ -348,7 +348,7 @@ async def test_a_forked_start_cancelled_at_any_step_leaves_no_kernel(
         if name in reached:
             reached[name].set()
 
-    fork, wait_ready, silent = ForkServer.fork, KernelProcess._wait_ready, KernelProcess.silent
+    fork, wait_ready, silent = ForkServer.fork, KernelProcess.wait_ready, KernelProcess.silent
 
     async def marked_fork(self: ForkServer, **kwargs: Any) -> int:
         mark("asking")
@@ -366,7 +366,7 @@ async def test_a_forked_start_cancelled_at_any_step_leaves_no_kernel(
         return await silent(self, code, **kwargs)
 
     monkeypatch.setattr(ForkServer, "fork", marked_fork)
-    monkeypatch.setattr(KernelProcess, "_wait_ready", marked_wait_ready)
+    monkeypatch.setattr(KernelProcess, "wait_ready", marked_wait_ready)
     monkeypatch.setattr(KernelProcess, "silent", marked_silent)
     for phase in ("asking", "bound", "answering", "bootstrap"):
         reached = {phase: asyncio.Event()}

@@ -29,7 +29,8 @@ from typing import Any
 
 from recursa.errors import KernelError
 from recursa.kernel import exchange
-from recursa.kernel.lifecycle import PAYLOAD_EXPR, KernelProcess
+from recursa.kernel.driver import PAYLOAD_EXPR
+from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.remote import GatewayProcess
 from recursa.kernel.types import RestoreReport, SnapshotReport
 from recursa.kernel.wire import JSONDict

@@ -26,17 +26,14 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import uuid
-from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from recursa.errors import KernelError, one_line
-from recursa.kernel.wire import IOPUB_BACKLOG, JSONDict, Message, execute_content
-from recursa.protocol.wire import KERNEL_COMM_ID
+from recursa.kernel.wire import JSONDict, Message, RequestState, execute_content
 
 if TYPE_CHECKING:
     import httpx2
@@ -273,7 +270,7 @@ def _detail(response: httpx2.Response) -> str:
     return f" ({one_line(str(message), limit=300)})" if message else ""
 
 
-class GatewayChannels:
+class GatewayChannels(RequestState):
     """The channels of one gateway kernel over its WebSocket, driven from one
     event loop (see :class:`recursa.kernel.wire.Channels`: the same surface).
 
@@ -284,21 +281,13 @@ class GatewayChannels:
     """
 
     def __init__(self, ws: WebSocketClientConnection, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
         self._ws = ws
-        self._loop = loop
         self._session = uuid.uuid4().hex
-        self._open = False
-        self._keep_iopub = False
-        self._sent: set[str] = set()
-        self._iopub: deque[Message] = deque()
-        self._replies: dict[str, Message] = {}
         self._room = asyncio.Event()
         self._room.set()
-        self._pending = False
-        self._waiter: asyncio.Future[None] | None = None
         self.closed = False
         """The WebSocket is closed (by either side)."""
-        self.on_comm: Callable[[Message], None] | None = None
         self.on_status: Callable[[str], None] | None = None
         self._reader = loop.create_task(self._read(), name="recursa-gateway-channels")
 
@@ -343,7 +332,7 @@ class GatewayChannels:
         quickack = _quickack(self._ws)
         try:
             while True:
-                if self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                if self._backlog_full():
                     self._room.clear()
                     await self._room.wait()
                     continue
@@ -376,40 +365,15 @@ class GatewayChannels:
         parent_id = parent.get("msg_id")
         msg = Message(msg_type, parent_id if isinstance(parent_id, str) else None, content)
         if channel == "iopub":
-            if (
-                msg_type == "comm_msg"
-                and self.on_comm is not None
-                and content.get("comm_id") == KERNEL_COMM_ID
-            ):
-                self.on_comm(msg)
-                return
             if msg_type == "status" and self.on_status is not None:
                 state = content.get("execution_state")
                 if isinstance(state, str):
                     self.on_status(state)
-            if self._keep_iopub:
-                self._iopub.append(msg)
-                self.wake()
-        elif channel in ("shell", "control") and self._open and msg.parent_id in self._sent:
-            self._replies[msg.parent_id] = msg
-            self.wake()
+            self._route_iopub(msg)
+        elif channel in ("shell", "control"):
+            self._keep_reply(msg)
 
     # -- requests -----------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def request(self, *, iopub: bool = True) -> Iterator[None]:
-        """Keep, until the block ends, the replies to what is sent in it and (when
-        ``iopub``) the iopub messages that arrive meanwhile."""
-        self._open = True
-        self._keep_iopub = iopub
-        try:
-            yield
-        finally:
-            self._open = self._keep_iopub = False
-            self._sent.clear()
-            self._replies.clear()
-            self._iopub.clear()
-            self._room.set()
 
     def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
         content = execute_content(code, silent=silent)
@@ -442,56 +406,16 @@ class GatewayChannels:
         except Exception as exc:  # tornado's WebSocketClosedError, a stream error
             self.closed = True
             raise KernelError(f"the kernel's channels are closed: {exc}") from None
-        if self._open:
-            self._sent.add(msg_id)
+        self._sent_now(msg_id)
         return msg_id
 
-    def next_iopub(self) -> Message | None:
-        if not self._iopub:
-            return None
-        msg = self._iopub.popleft()
-        if len(self._iopub) < IOPUB_BACKLOG:
-            self._room.set()
-        return msg
-
-    def reply(self, msg_ids: Collection[str], msg_type: str | None = None) -> Message | None:
-        for msg_id in msg_ids:
-            msg = self._replies.get(msg_id)
-            if msg is not None and (msg_type is None or msg.msg_type == msg_type):
-                return msg
-        return None
-
-    # -- waiting ------------------------------------------------------------------------
-
-    def wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        else:
-            self._pending = True
-
-    async def wait(self, deadline: float | None) -> None:
-        if self._pending:
-            self._pending = False
-            return
-        if deadline is not None and deadline <= self._loop.time():
-            return
-        waiter = self._loop.create_future()
-        self._waiter = waiter
-        timer = None
-        if deadline is not None and math.isfinite(deadline):
-            timer = self._loop.call_at(deadline, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            self._pending = False
-            if timer is not None:
-                timer.cancel()
+    def _make_room(self) -> None:
+        self._room.set()
 
     def close(self) -> None:
         """Close the WebSocket and stop reading. Idempotent."""
         self.closed = True
+        self.on_comm = None
         self._reader.cancel()
         with contextlib.suppress(Exception):
             self._ws.close()
@@ -519,11 +443,6 @@ def _quickack(ws: WebSocketClientConnection) -> Callable[[], None]:
             sock.setsockopt(socket.IPPROTO_TCP, option, 1)
 
     return rearm
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_client.manager import AsyncKernelManager
 
 from recursa.errors import KernelError
+from recursa.kernel.driver import ChannelDriver
 from recursa.kernel.forkserver import ForkServer, ForkServers
 from recursa.kernel.launch import (
     BOOTSTRAP,
@@ -53,21 +54,14 @@ from recursa.kernel.sandbox import (
     sandbox_env,
 )
 from recursa.kernel.watch import DEATH_POLL_INTERVAL, ProcessWatch
-from recursa.kernel.wire import Channels, JSONDict, execute_content, utf8
+from recursa.kernel.wire import Channels, execute_content
 
 if TYPE_CHECKING:
     from jupyter_client.connect import KernelConnectionInfo
 
-SILENT_TIMEOUT = 60.0
-"""Limit for the harness's own silent commands (bootstrap, chdir, set_output)."""
 SHUTDOWN_GRACE = 2.0
 """Seconds a kernel has to exit after a shutdown request before it is killed."""
 KILL_WAIT = 5.0
-_PROBE_INTERVAL = 0.2
-_PAYLOAD_KEY = "recursa_payload"
-PAYLOAD_EXPR = f"get_ipython().kernel.get_parent('shell')['content'][{_PAYLOAD_KEY!r}]"
-"""Kernel-side expression for the ``payload`` of the running silent request
-(the kernel ignores request fields it does not know)."""
 _PARENT_VARIABLES = ("JPY_PARENT_PID", "JPY_INTERRUPT_EVENT", "IPY_INTERRUPT_EVENT")
 """Set in a daemon that runs inside a Jupyter kernel; they would tie our kernels
 to it. Never passed on."""
@@ -76,7 +70,7 @@ _CONNECTION_KEYS = ("transport", "ip", "key", "shell_port", "iopub_port", "contr
 log = logging.getLogger(__name__)
 
 
-class KernelProcess:
+class KernelProcess(ChannelDriver):
     """At most one live kernel process, and the channels to it.
 
     Invariants: :attr:`channels` is set exactly while a process (launched or
@@ -114,7 +108,7 @@ class KernelProcess:
         self.forked = False
         """The current process was forked by a fork server (not exec'd)."""
         self._python = python
-        self._startup_timeout = startup_timeout
+        self.startup_timeout = startup_timeout
         self.sandbox = sandbox
         self.api_socket = api_socket
         self.workspace = workspace
@@ -171,7 +165,7 @@ class KernelProcess:
         """
         loop = asyncio.get_running_loop()
         began = loop.time()
-        deadline = began + self._startup_timeout
+        deadline = began + self.startup_timeout
         server = self._fork_server(cwd)
         if server is not None and self._forks is not None:
             try:
@@ -217,7 +211,7 @@ class KernelProcess:
                 self._watch = await self._spawn(cwd)
             self._watch.watch(loop, self._on_exit)
             self.channels = self._connect(loop)
-            await self._wait_ready(deadline)
+            await self.wait_ready(deadline)
             bootstrap = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
             await self.silent(bootstrap, deadline=deadline)
         except BaseException as exc:
@@ -225,7 +219,7 @@ class KernelProcess:
                 await self.stop(graceful=False)
             if isinstance(exc, KernelError) or not isinstance(exc, Exception):
                 raise  # ours already, or a cancellation
-            detail = f"{exc}{self._log_tail()}"
+            detail = f"{exc}{self.log_tail()}"
             raise KernelError(f"could not start a kernel with {self._python}: {detail}") from exc
 
     def _disconnect(self) -> None:
@@ -304,38 +298,6 @@ class KernelProcess:
             connection=connection_argument(self.sandbox, self.connection_file),
         )
 
-    async def _wait_ready(self, deadline: float) -> None:
-        """Ready means: a ``kernel_info_reply`` came back on shell, and iopub
-        delivers (ipykernel greets each subscriber with ``iopub_welcome``).
-        Both are needed: a SUB socket joins late, and output sent before it
-        joined would be lost."""
-        channels = self.channels
-        assert channels is not None
-        loop = asyncio.get_running_loop()
-        got_iopub = False
-        sent: list[str] = []
-        next_probe = loop.time()
-        with channels.request():
-            while True:
-                now = loop.time()
-                if now >= next_probe:
-                    # Repeated: a request sent before the kernel bound its
-                    # socket waits in a queue, but not one sent to a process
-                    # that then failed.
-                    sent.append(channels.send("kernel_info_request", {}))
-                    next_probe = now + _PROBE_INTERVAL
-                while channels.next_iopub() is not None:
-                    got_iopub = True
-                if got_iopub and channels.reply(sent, "kernel_info_reply") is not None:
-                    return
-                if not self.is_alive():
-                    how = self.exit_description()
-                    raise KernelError(f"the kernel exited while starting ({how}){self._log_tail()}")
-                if now >= deadline:
-                    limit = f"{self._startup_timeout:g} s"
-                    raise KernelError(f"the kernel was not ready within {limit}{self._log_tail()}")
-                await channels.wait(min(next_probe, deadline, self.next_check(now)))
-
     async def adopt(self, pid: int, answer_within: float) -> None:
         """Take over the live kernel ``pid`` that another process launched with
         this connection file, once it has answered on its control channel
@@ -361,7 +323,7 @@ class KernelProcess:
             self._manager.load_connection_info(cast("KernelConnectionInfo", info))
             watch.watch(loop, self._on_exit)
             self.channels = self._connect(loop)
-            answered = await self._ask_control(loop.time() + answer_within)
+            answered = await self.answers_control(loop.time() + answer_within)
         except BaseException:
             self.let_go()
             raise
@@ -384,76 +346,6 @@ class KernelProcess:
             self._watch.close()
             self._watch = None
         self._manager = None
-
-    async def _ask_control(self, deadline: float) -> bool:
-        """Whether the kernel answers on control by ``deadline`` (loop time)."""
-        return await self._probe(deadline, control=True)
-
-    async def answers_shell(self, deadline: float) -> bool:
-        """Whether the kernel answers on shell (it is not running a cell) by
-        ``deadline`` (loop time). False at once if the process is gone."""
-        return await self._probe(deadline, control=False)
-
-    async def _probe(self, deadline: float, *, control: bool) -> bool:
-        channels = self.channels
-        assert channels is not None
-        loop = asyncio.get_running_loop()
-        sent: list[str] = []
-        next_probe = loop.time()
-        with channels.request(iopub=False):
-            while True:
-                now = loop.time()
-                if now >= next_probe:
-                    # Again and again: a kernel interrupted while it handled
-                    # one (ipykernel takes SIGINT in any handler) never answers it.
-                    sent.append(channels.send("kernel_info_request", {}, control=control))
-                    next_probe = now + _PROBE_INTERVAL
-                if channels.reply(sent) is not None:
-                    return True
-                if not self.is_alive() or now >= deadline:
-                    return False
-                await channels.wait(min(next_probe, deadline, self.next_check(now)))
-
-    # -- harness commands ---------------------------------------------------------------
-
-    async def silent(
-        self, code: str, *, payload: str | None = None, deadline: float | None = None
-    ) -> JSONDict:
-        """Run harness code: no output kept, no history, no execution count.
-        Returns the reply's content (where a payload the code wrote is).
-
-        ``payload`` travels in the request beside the code, where the code
-        reads it as :data:`PAYLOAD_EXPR`: far cheaper for large text than a
-        literal, which IPython would have to tokenize and compile. A lone
-        surrogate in it arrives as ``?`` (UTF-8 cannot carry one). Any failure
-        (an exception in the code, a dead or silent kernel) is ours and
-        raises :class:`KernelError`.
-        """
-        channels = self.channels
-        if channels is None:
-            raise KernelError("the kernel is not running")
-        loop = asyncio.get_running_loop()
-        if deadline is None:
-            deadline = loop.time() + SILENT_TIMEOUT
-        # A silent request prints nothing we keep: iopub is not read.
-        with channels.request(iopub=False):
-            extra = {_PAYLOAD_KEY: utf8(payload)} if payload is not None else None
-            sent = (channels.execute(code, silent=True, extra=extra),)
-            while True:
-                answer = channels.reply(sent, "execute_reply")
-                if answer is not None:
-                    reply = answer.content
-                    if reply.get("status") != "ok":
-                        error = f"{reply.get('ename', 'error')}: {reply.get('evalue', '')}"
-                        raise KernelError(f"the kernel failed a harness command: {error}")
-                    return reply
-                now = loop.time()
-                if not self.is_alive():
-                    how = self.exit_description()
-                    raise KernelError(f"the kernel died during a harness command ({how})")
-                if now >= deadline:
-                    raise KernelError("the kernel did not answer a harness command in time")
-                await channels.wait(min(deadline, self.next_check(now)))
 
     async def interrupt(self) -> None:
         """Send SIGINT to the kernel's process group."""
@@ -555,7 +447,7 @@ class KernelProcess:
             return "exit status unknown"
         return self._watch.exit_description()
 
-    def _log_tail(self, limit: int = 2000) -> str:
+    def log_tail(self, limit: int = 2000) -> str:
         try:
             with self._log_file.open("rb") as f:
                 f.seek(0, os.SEEK_END)
@@ -601,9 +493,7 @@ def _read_connection(path: Path) -> dict[str, Any]:
 
 __all__ = [
     "KILL_WAIT",
-    "PAYLOAD_EXPR",
     "SHUTDOWN_GRACE",
-    "SILENT_TIMEOUT",
     "KernelProcess",
     "execute_content",
 ]

@@ -34,12 +34,24 @@ from pathlib import Path
 
 from recursa.errors import KernelError
 from recursa.kernel.pids import command_line, is_alive
-from recursa.kernel.wire import pidfd_open
 
 DEATH_POLL_INTERVAL = 0.25
 """Only where no pidfd exists (not Linux): how often liveness is polled."""
 
 _P_PIDFD: int | None = getattr(os, "P_PIDFD", None)
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` exits, where the
+    platform has one (Linux 5.3+); ``None`` means: poll instead."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
 
 
 class ProcessWatch:

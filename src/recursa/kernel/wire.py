@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import hmac
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -170,7 +169,127 @@ _DRAIN_BATCH = 64
 """How many messages one readiness callback takes before letting the loop run."""
 
 
-class Channels:
+class RequestState:
+    """What a kernel's channels keep for the request in flight, and the one wait
+    for whatever happens next: the part of :class:`Channels` that does not
+    depend on how messages travel (ZeroMQ here, a gateway's WebSocket in
+    :class:`recursa.kernel.gateway.GatewayChannels`).
+
+    Invariants: not thread-safe, every method runs on the loop given; outside
+    :meth:`request` nothing received is kept. A subclass hands what it
+    receives to :meth:`_keep_iopub_message` and :meth:`_keep_reply`, and
+    resumes its reader in :meth:`_make_room` when the backlog has room.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._open = False
+        self._keep_iopub = False
+        self._sent: set[str] = set()
+        self._iopub: deque[Message] = deque()
+        self._replies: dict[str, Message] = {}
+        self._pending = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.on_comm: Callable[[Message], None] | None = None
+        """Called, on the loop, with every ``comm_msg`` of the kernel API's comm
+        that arrives on iopub (at any time); None: they are treated like any
+        other iopub message. It must not raise."""
+
+    def _backlog_full(self) -> bool:
+        return self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG
+
+    def _route_iopub(self, msg: Message) -> None:
+        """The kernel API's comm to :attr:`on_comm`; else kept for the request."""
+        on_comm = self.on_comm
+        if (
+            on_comm is not None
+            and msg.msg_type == "comm_msg"
+            and msg.content.get("comm_id") == KERNEL_COMM_ID
+        ):
+            on_comm(msg)
+        elif self._keep_iopub:
+            self._iopub.append(msg)
+            self.wake()
+
+    def _keep_reply(self, msg: Message) -> None:
+        if self._open and msg.parent_id in self._sent:
+            self._replies[msg.parent_id] = msg
+            self.wake()
+
+    def _sent_now(self, msg_id: str) -> None:
+        if self._open:
+            self._sent.add(msg_id)
+
+    def _make_room(self) -> None:
+        """The request's backlog has room again (or the request ended)."""
+
+    @contextlib.contextmanager
+    def request(self, *, iopub: bool = True) -> Iterator[None]:
+        """Keep, until the block ends, the replies to what is sent in it and (when
+        ``iopub``) the iopub messages that arrive meanwhile."""
+        self._open = True
+        self._keep_iopub = iopub
+        try:
+            yield
+        finally:
+            self._open = self._keep_iopub = False
+            self._sent.clear()
+            self._replies.clear()
+            self._iopub.clear()
+            self._make_room()
+
+    def next_iopub(self) -> Message | None:
+        """The oldest iopub message kept and not yet taken, if any."""
+        if not self._iopub:
+            return None
+        msg = self._iopub.popleft()
+        if len(self._iopub) < IOPUB_BACKLOG:
+            self._make_room()
+        return msg
+
+    def reply(self, msg_ids: Collection[str], msg_type: str | None = None) -> Message | None:
+        """A reply come to one of ``msg_ids`` (of ``msg_type`` when given), if any."""
+        for msg_id in msg_ids:
+            msg = self._replies.get(msg_id)
+            if msg is not None and (msg_type is None or msg.msg_type == msg_type):
+                return msg
+        return None
+
+    def wake(self) -> None:
+        """Make the current (or next) :meth:`wait` return."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        else:
+            self._pending = True
+
+    async def wait(self, deadline: float | None) -> None:
+        """Return on a wakeup, or at ``deadline`` (loop time), whichever is first."""
+        if self._pending:
+            self._pending = False
+            return
+        if deadline is not None and deadline <= self._loop.time():
+            return
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        timer = None
+        if deadline is not None and math.isfinite(deadline):
+            timer = self._loop.call_at(deadline, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._pending = False
+            if timer is not None:
+                timer.cancel()
+
+    def _release_waiter(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class Channels(RequestState):
     """The shell, iopub and control channels of one kernel process, driven from
     one event loop. Control carries what must reach a kernel whose shell is
     busy with a cell: the liveness probe of a reattach, and the shutdown request.
@@ -182,22 +301,11 @@ class Channels:
     def __init__(self, connection: Mapping[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.session = make_session(connection)
         """Signs, serializes and checks this kernel's messages."""
-        self._loop = loop
-        self._open = False
-        self._keep_iopub = False
-        self._sent: set[str] = set()
-        self._iopub: deque[Message] = deque()
-        self._replies: dict[str, Message] = {}
+        super().__init__(loop)
         self._paused = False
-        self._pending = False
-        self._waiter: asyncio.Future[None] | None = None
         self._plain: tuple[zmq.Socket[bytes], ...] = ()
         self._fds: list[int] = []
         self._channels: tuple[AsyncZMQSocketChannel, ...] = ()
-        self.on_comm: Callable[[Message], None] | None = None
-        """Called, on the loop, with every ``comm_msg`` of the kernel API's comm
-        that arrives on iopub (at any time); None: they are treated like any
-        other iopub message. It must not raise."""
         self.client = _Client(context=shared_context(), session=self.session)
         """The jupyter_client client whose channels these are."""
         try:
@@ -240,7 +348,7 @@ class Channels:
         sock = self._plain[index]
         for _ in range(_DRAIN_BATCH):
             try:
-                if index == _IOPUB and self._keep_iopub and len(self._iopub) >= IOPUB_BACKLOG:
+                if index == _IOPUB and self._backlog_full():
                     # Reading the events clears the descriptor, which would
                     # otherwise wake the loop again and again while paused.
                     sock.get(zmq.EVENTS)
@@ -264,42 +372,17 @@ class Channels:
         if not self._keep_iopub and on_comm is None:
             return  # nobody's: a background thread's output between requests
         msg = parse_message(self.session, frames)
-        if msg is None:
-            return
-        if (
-            on_comm is not None
-            and msg.msg_type == "comm_msg"
-            and msg.content.get("comm_id") == KERNEL_COMM_ID
-        ):
-            on_comm(msg)
-        elif self._keep_iopub:
-            self._iopub.append(msg)
-            self.wake()
+        if msg is not None:
+            self._route_iopub(msg)
 
     def _take_reply(self, frames: list[bytes]) -> None:
         if not self._open:
             return  # an answer to a request given up on
         msg = parse_message(self.session, frames)
-        if msg is not None and msg.parent_id in self._sent:
-            self._replies[msg.parent_id] = msg
-            self.wake()
+        if msg is not None:
+            self._keep_reply(msg)
 
     # -- requests ---------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def request(self, *, iopub: bool = True) -> Iterator[None]:
-        """Keep, until the block ends, the replies to what is sent in it and (when
-        ``iopub``) the iopub messages that arrive meanwhile."""
-        self._open = True
-        self._keep_iopub = iopub
-        try:
-            yield
-        finally:
-            self._open = self._keep_iopub = False
-            self._sent.clear()
-            self._replies.clear()
-            self._iopub.clear()
-            self._make_room()
 
     def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
         """Send an ``execute_request`` (:func:`execute_content`, plus ``extra``
@@ -326,61 +409,13 @@ class Channels:
         if int(self._plain[index].get(zmq.EVENTS)) & _POLLIN:
             self._loop.call_soon(self._drain, index)
         msg_id = str(msg["header"]["msg_id"])
-        if self._open:
-            self._sent.add(msg_id)
+        self._sent_now(msg_id)
         return msg_id
-
-    def next_iopub(self) -> Message | None:
-        """The oldest iopub message kept and not yet taken, if any."""
-        if not self._iopub:
-            return None
-        msg = self._iopub.popleft()
-        if len(self._iopub) < IOPUB_BACKLOG:
-            self._make_room()
-        return msg
-
-    def reply(self, msg_ids: Collection[str], msg_type: str | None = None) -> Message | None:
-        """A reply come to one of ``msg_ids`` (of ``msg_type`` when given), if any."""
-        for msg_id in msg_ids:
-            msg = self._replies.get(msg_id)
-            if msg is not None and (msg_type is None or msg.msg_type == msg_type):
-                return msg
-        return None
 
     def _make_room(self) -> None:
         if self._paused:
             self._paused = False
             self._loop.call_soon(self._drain, _IOPUB)
-
-    # -- waiting ----------------------------------------------------------------------------
-
-    def wake(self) -> None:
-        """Make the current (or next) :meth:`wait` return."""
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        else:
-            self._pending = True
-
-    async def wait(self, deadline: float | None) -> None:
-        """Return on a wakeup, or at ``deadline`` (loop time), whichever is first."""
-        if self._pending:
-            self._pending = False
-            return
-        if deadline is not None and deadline <= self._loop.time():
-            return
-        waiter = self._loop.create_future()
-        self._waiter = waiter
-        timer = None
-        if deadline is not None and math.isfinite(deadline):
-            timer = self._loop.call_at(deadline, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            self._pending = False
-            if timer is not None:
-                timer.cancel()
 
     def close(self) -> None:
         """Stop the readers and close the sockets. Idempotent."""
@@ -393,9 +428,7 @@ class Channels:
         for channel in self._channels:
             channel.close()
         self._paused = False
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._release_waiter()
 
 
 def execute_content(code: str, *, silent: bool) -> JSONDict:
@@ -442,29 +475,16 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def pidfd_open(pid: int) -> int | None:
-    """A descriptor that becomes readable when process ``pid`` exits, where the
-    platform has one (Linux 5.3+); ``None`` means: poll instead."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return None
-    return fd
-
-
 __all__ = [
     "IOPUB_BACKLOG",
     "IOPUB_QUEUE_MESSAGES",
     "Channels",
     "JSONDict",
     "Message",
+    "RequestState",
     "execute_content",
     "make_session",
     "parse_message",
-    "pidfd_open",
     "shared_context",
     "utf8",
 ]
