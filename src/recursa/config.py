@@ -52,6 +52,8 @@ The file, field by field::
     backend = "local"                   # where kernels run: "local" (processes of this host) or
                                         # "gateway" (a Jupyter Kernel/Enterprise Gateway, below);
                                         # `recursa run --kernel-backend`, rlm(task, backend=)
+    api = "socket"                      # how kernels reach rlm() and the rest: "socket" (the
+                                        # daemon's kernel socket) or "comm" (their own channels)
 
     [kernel.gateway]                    # kernels behind a Jupyter gateway (backend = "gateway")
     url = "http://127.0.0.1:8888"       # the gateway's base URL
@@ -59,8 +61,6 @@ The file, field by field::
                                         # the token stays in the daemon, never in a kernel
     kernel_name = ""                    # the kernelspec to start ("" = the gateway's default);
                                         # its Python must import recursa
-    api = "socket"                      # how kernels reach rlm() and the rest: "socket" (the
-                                        # daemon's kernel socket) or "comm" (their own channels)
 
     [sessions]
     idle_timeout = "30m"                # an idle session is unloaded (snapshot, kernel stopped)
