@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gateways import Gateway
+from jupyter_gateways import Gateway, missing, start_gateway
 from recursa.errors import KernelError
 from recursa.kernel import GatewayClient, GatewaySettings, Kernel
 
@@ -178,3 +178,27 @@ def test_settings_keep_the_token_out_of_their_text() -> None:
     assert settings.headers() == {"Authorization": "token sekrit"}
     with pytest.raises(ValueError, match="http"):
         GatewaySettings("gw.example:8443")
+
+
+async def test_the_gateways_own_environment_does_not_reach_its_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started from a shell that holds a provider key, a gateway given no
+    environment for a kernel would pass it its own, key included."""
+    reason = missing("kg")
+    if reason is not None:
+        pytest.skip(reason)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-in-the-gateways-shell")
+    with start_gateway("kg", tmp_path / "gw") as served:
+        client = client_of(served)
+        kernel = Kernel(tmp_path, {}, gateway=client)
+        await kernel.start()
+        try:
+            out = await kernel.execute(
+                "import os\n[os.environ.get(n) for n in ('OPENAI_API_KEY', 'KERNEL_LAUNCHED_BY')]",
+                timeout=30,
+            )
+        finally:
+            await kernel.shutdown()
+            await client.aclose()
+    assert text(out) == "[None, 'recursa']"

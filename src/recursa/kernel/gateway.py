@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 WATCH_INTERVAL = 2.0
 """Seconds between two looks at which watched kernels the gateway still has: a
 kernel deleted or culled behind our back closes no WebSocket."""
+LAUNCHED_BY = "KERNEL_LAUNCHED_BY"
+"""The one variable a gateway kernel is started with (see :meth:`GatewayClient.start_kernel`)."""
 REQUEST_TIMEOUT = 30.0
 """Seconds a REST call to the gateway may take (starting a kernel included)."""
 CONNECT_TIMEOUT = 10.0
@@ -160,13 +162,19 @@ class GatewayClient:
                 states[kernel_id] = None
         return states
 
-    async def start_kernel(self, env: dict[str, str] | None = None) -> str:
-        """Start a kernel; return its id (it is starting, not yet ready)."""
-        body: JSONDict = {}
+    async def start_kernel(self) -> str:
+        """Start a kernel; return its id (it is starting, not yet ready).
+
+        The request always carries an environment, though the harness sets
+        the kernel's own after it starts: given one, both gateways pass a new
+        kernel only its ``KERNEL_*`` variables and what their operator
+        allowed (Kernel Gateway's ``env_process_whitelist``, Enterprise
+        Gateway's ``inherited_envs``). Given none, they pass the gateway's
+        whole environment, which on one host is the shell of whoever started
+        it, provider keys included."""
+        body: JSONDict = {"env": {LAUNCHED_BY: "recursa"}}
         if self.settings.kernel_name:
             body["name"] = self.settings.kernel_name
-        if env:
-            body["env"] = env
         data = await self._call("POST", "/api/kernels", body, what="start a kernel")
         kernel_id = data.get("id") if isinstance(data, dict) else None
         if not isinstance(kernel_id, str) or not kernel_id:
