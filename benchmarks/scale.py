@@ -27,15 +27,16 @@ c. running sessions: for each N of ``--running``, N sessions given a task at
    steps' latency p50/p99, a session's wall time, the daemon's CPU% and its
    peak RSS growth per running session, and the peak RSS of the kernels'
    processes (zygote and sandbox wrappers included; shared pages counted in
-   each) per session.
+   each) per session. With a gateway (below) the same runs again with every
+   kernel behind it: the daemon's own CPU and memory per session then no
+   longer share the machine's cores with local kernels' bookkeeping.
 d. gateway (with ``--gateway-url URL --gateway-token-env NAME``, or
    ``--start-gateway kg|eg`` which serves one from tests/jupyter_gateways.py):
    per-step latency of one session of ``--steps`` cells with local kernels
    and with kernels behind the gateway, whose home's ``config.toml`` says
    ``[kernel] backend = "gateway"`` and ``[kernel.gateway] url``,
    ``token_env`` (the daemon reads the token from that variable; with
-   ``--start-gateway`` it is set to the served gateway's token). Until the
-   gateway backend exists the daemon refuses that file; the section says so.
+   ``--start-gateway`` it is set to the served gateway's token).
 
 The run's files live in one temporary directory, removed at the end; every
 daemon is stopped (forced: its kernels too) when its section ends.
@@ -52,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -62,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,11 +254,16 @@ def config_toml(max_kernels: int, kernel: str = "") -> str:
     return f'[kernel]\npython = "project"\n{kernel}\n[sessions]\nmax_kernels = {max_kernels}\n'
 
 
-def gateway_config(url: str, token_env: str) -> str:
+def gateway_config(url: str, token_env: str, max_kernels: int = 8) -> str:
     """:func:`config_toml` with kernels behind the gateway at ``url``, whose
     token the daemon reads from the variable ``token_env``."""
     table = f"[kernel.gateway]\nurl = {json.dumps(url)}\ntoken_env = {json.dumps(token_env)}\n"
-    return config_toml(8, 'backend = "gateway"\n') + "\n" + table
+    return config_toml(max_kernels, 'backend = "gateway"\n') + "\n" + table
+
+
+Backend = tuple[str, Callable[[int], str], dict[str, str]]
+"""A kernel backend to run section c on: its label, its ``config.toml`` for a
+number of kernels, and what the daemon's environment needs (the gateway's token)."""
 
 
 @contextlib.asynccontextmanager
@@ -419,16 +426,17 @@ async def idle_section(base: Path, server: FakeModelServer, sizes: list[int]) ->
 
 
 async def running_section(
-    base: Path, server: FakeModelServer, sizes: list[int], cells: int
+    base: Path, server: FakeModelServer, sizes: list[int], cells: int, backends: list[Backend]
 ) -> None:
     rows: list[list[str]] = []
-    for n in sizes:
+    for (label, config, env), n in itertools.product(backends, sizes):
         first = len(server.requests)
-        async with daemon(base, f"running-{n}", server, config_toml(n + 8)) as (home, client):
+        name = f"running-{label}-{n}"
+        async with daemon(base, name, server, config(n + 8), env) as (home, client):
             proc = home.daemon()
             assert proc is not None
             base_rss = rss(proc)
-            offset = n * 100_000  # task numbers unique across sizes
+            offset = (n + 1000 * len(rows)) * 100_000  # task numbers unique across runs
             cpu0, began = cpu_seconds(proc), time.perf_counter()
             with Peak(home) as peak:
                 infos = await asyncio.gather(
@@ -454,8 +462,10 @@ async def running_section(
         failures = sorted({outcome for _, outcome in ends if outcome != "answered"})
         if failures:
             print(f"c. N={n}: not answered: {'; '.join(failures)[:300]}")
+        kernels = f"{peak.kernels / n / MIB:.0f}" if label == "local" else "(gateway)"
         rows.append(
             [
+                label,
                 str(n),
                 f"{answered}/{n}",
                 f"{n * cells / wall:.1f}",
@@ -466,13 +476,14 @@ async def running_section(
                 f"{max(walls):.2f}",
                 f"{cpu / wall * 100:.0f}",
                 f"{(peak.daemon - base_rss) / n / MIB:.1f}",
-                f"{peak.kernels / n / MIB:.0f}",
+                kernels,
                 str(peak.count),
             ]
         )
     table(
         f"c. running sessions at once ({cells} cells each, then an answer; step = reply end → next request)",
         [
+            "kernels",
             "N",
             "answered",
             "cells/s",
@@ -587,22 +598,29 @@ async def run(args: argparse.Namespace, base: Path) -> None:
         store_section(args.events)
     if not sections & set("bcd"):
         return
-    with FakeModelServer.in_thread(responder=respond(args.cells)) as server:
-        if "b" in sections:
-            await idle_section(base, server, args.idle)
-        if "c" in sections:
-            await running_section(base, server, args.running, args.cells)
-    if "d" in sections and (args.gateway_url or args.start_gateway):
-        with FakeModelServer.in_thread(responder=respond(args.steps)) as server:
-            if args.start_gateway:
-                with started_gateway(args.start_gateway, base / "gateway") as (url, token):
-                    await gateway_section(
-                        base, server, args.steps, url, args.gateway_token_env, token
+    with contextlib.ExitStack() as stack:
+        gateway: tuple[str, str | None] | None = None
+        if args.start_gateway:
+            url, token = stack.enter_context(started_gateway(args.start_gateway, base / "gateway"))
+            gateway = (url, token)
+        elif args.gateway_url:
+            gateway = (args.gateway_url, None)
+        token_env = args.gateway_token_env
+        with FakeModelServer.in_thread(responder=respond(args.cells)) as server:
+            if "b" in sections:
+                await idle_section(base, server, args.idle)
+            if "c" in sections:
+                backends: list[Backend] = [("local", config_toml, {})]
+                if gateway is not None:
+                    where, secret = gateway
+                    env = {token_env: secret} if secret is not None else {}
+                    backends.append(
+                        ("gateway", functools.partial(gateway_config, where, token_env), env)
                     )
-            else:
-                await gateway_section(
-                    base, server, args.steps, args.gateway_url, args.gateway_token_env, None
-                )
+                await running_section(base, server, args.running, args.cells, backends)
+        if "d" in sections and gateway is not None:
+            with FakeModelServer.in_thread(responder=respond(args.steps)) as server:
+                await gateway_section(base, server, args.steps, gateway[0], token_env, gateway[1])
 
 
 def main() -> None:
