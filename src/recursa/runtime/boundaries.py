@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recursa.kernel import ApiCall
+from recursa.kernel.wire import JSONDict
 from recursa.protocol.events import TurnEnded
+from recursa.protocol.wire import error_body
 from recursa.runtime.tree import display_name
 from recursa.session import Session
 
@@ -68,18 +70,31 @@ class Boundaries:
         token = runtime.store.tokens.mint(session_id)
         return {"RECURSA_API_SOCKET": str(runtime.api_socket), "RECURSA_KERNEL_TOKEN": token}
 
-    def kernel_relay(self, session_id: str) -> ApiCall | None:
+    def kernel_relay(self, session_id: str) -> ApiCall:
         """The kernel API as ``session_id``, for a kernel that reaches it over its
-        own channels; None when nobody serves it here. Like :meth:`kernel_env`
-        it mints the session's one token (revoking the last), which stays in
-        this process: the kernel never sees it, and revoking it (the kernel
-        let go) closes the relay too."""
-        call_as = self.runtime.kernel_api_as
-        if call_as is None:
-            return None
-        tokens = self.runtime.store.tokens
+        own channels. Like :meth:`kernel_env` it mints the session's one token
+        (revoking the last), which stays in this process: the kernel never
+        sees it, and revoking it (the kernel let go) closes the relay too.
+        Whoever serves the API (:attr:`Runtime.kernel_api_as`) is looked up at
+        each call: a daemon recovers sessions, reattaching their kernels,
+        before its server exists."""
+        runtime = self.runtime
+        tokens = runtime.store.tokens
         tokens.revoke(session_id)
-        return call_as(tokens.mint(session_id))
+        token = tokens.mint(session_id)
+
+        async def call(
+            method: str,
+            path: str,
+            body: JSONDict | None,
+            timeout: float | None,  # noqa: ASYNC109 -- the relay bounds the call
+        ) -> tuple[int, Any]:
+            call_as = runtime.kernel_api_as
+            if call_as is None:
+                return 503, error_body("internal", "the recursa API is not served to this kernel")
+            return await call_as(token)(method, path, body, timeout)
+
+        return call
 
     def _report_to_parent(self, child: Session, ended: TurnEnded) -> None:
         """A sub-agent's turn ended: its answer (or why it stopped) goes to its parent."""
