@@ -52,8 +52,8 @@ The file, field by field::
     backend = "local"                   # where kernels run: "local" (processes of this host) or
                                         # "gateway" (a Jupyter Kernel/Enterprise Gateway, below);
                                         # `recursa run --kernel-backend`, rlm(task, backend=)
-    api = "socket"                      # how kernels reach rlm() and the rest: "socket" (the
-                                        # daemon's kernel socket) or "comm" (their own channels)
+    api = "comm"                        # how kernels reach rlm() and the rest: "comm" (their own
+                                        # channels) or "socket" (the daemon's kernel socket)
 
     [kernel.gateway]                    # kernels behind a Jupyter gateway (backend = "gateway")
     url = "http://127.0.0.1:8888"       # the gateway's base URL
@@ -131,7 +131,7 @@ ApiTransport = Literal["socket", "comm"]
 """How a kernel reaches the kernel API: HTTP over the daemon's kernel socket,
 with a token in its environment, or comm messages on its own Jupyter channels
 (:mod:`recursa.kernel.relay`)."""
-DEFAULT_KERNEL_API: ApiTransport = "socket"
+DEFAULT_KERNEL_API: ApiTransport = "comm"
 """How kernels are confined: bubblewrap, or not at all (``[kernel] sandbox``)."""
 
 CONFIG_FILE_NAME = "config.toml"

@@ -79,6 +79,13 @@ def wait_idle(env: dict[str, str], cwd: Path, session: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def socket_kernels(home: Path, extra: str = "") -> None:
+    """Kernels reach the API by the daemon's kernel socket and a token
+    (``[kernel] api = "socket"``), the transport these tests are about."""
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "config.toml").write_text(f'[kernel]\napi = "socket"\n{extra}')
+
+
 def run_detached(env: dict[str, str], cwd: Path, task: str) -> str:
     started = recursa(["run", "--detach", "--model", "openai/m", task], env, cwd)
     assert started.returncode == 0, started.stderr
@@ -96,8 +103,7 @@ def test_no_approval_a_kernel_sends_records_human(
     ``daemon.token`` and ``daemon.sock`` out of a kernel's reach is the sandbox's part.)"""
     # Unsandboxed on purpose: the cell must reach ``daemon.token`` to show that
     # the kernel socket refuses it (tests/security checks the sandbox hides it).
-    home.mkdir(mode=0o700, exist_ok=True)
-    (home / "config.toml").write_text('[kernel]\nsandbox = "none"\n')
+    socket_kernels(home, 'sandbox = "none"\n')
     stage = (
         "r = await harness.create('skill', 'double', 'doubles a number', scope='global',"
         " code='def double(x):\\n    return 2 * x\\n', reason='a cell said so')\n"
@@ -132,6 +138,7 @@ def test_no_approval_a_kernel_sends_records_human(
 def test_stop_revokes_the_kernel_token_before_it_returns(
     server: FakeModelServer, env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
+    socket_kernels(home)
     server.push(Reply(tool_calls=[python(KEEP_ENV)]), Reply(text="kept"))
     session = run_detached(env, tmp_path, "keep your token")
     held = json.loads((tmp_path / "kernel.json").read_text())
@@ -148,6 +155,7 @@ def test_after_a_crash_the_kernel_socket_comes_back_in_the_same_directory(
     """A kernel sandbox has the directory mounted, not the socket: the next
     daemon binds a new socket inside the same directory, and the reattached
     kernel (which keeps its token) reaches it at the path it was given."""
+    socket_kernels(home)
     server.push(Reply(tool_calls=[python(KEEP_ENV)]), Reply(text="kept"))
     run_detached(env, tmp_path, "keep your token")
     held = json.loads((tmp_path / "kernel.json").read_text())

@@ -200,6 +200,9 @@ async def test_invalid_text_is_refused_to_the_cell_and_later_edits_still_apply(
         "surrogates",
         [code(BAD_TEXT), reply("tried"), code("print('second turn')"), reply("again"), reply("3")],
     )
+    # The raw request below goes past the client by the socket transport.
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[kernel]\napi = "socket"\n')
     async with make_runtime(home) as runtime:
         session = await runtime.create_session(model="faux/surrogates", cwd=tmp_path)
         # A row staged without today's checks (the shape the issue found: a

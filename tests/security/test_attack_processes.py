@@ -131,7 +131,11 @@ def test_a_stopped_sessions_token_is_dead_at_once(
     """A leftover of the kernel (here the test itself, holding the kernel's token
     and socket, the strongest leftover there is) right after ``stop``: it cannot
     spawn a sub-agent, message anyone or schedule a wake-up; the session stays
-    stopped and no model call is made."""
+    stopped and no model call is made. (Kernels given a socket and a token:
+    ``[kernel] api = "socket"``; by default a kernel holds neither.)"""
+    home = Path(env["RECURSA_HOME"])
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[kernel]\napi = "socket"\n')
     reply_then(server, attack(TOKEN))
     session = start(env, tmp_path, "keep your token")
     kept = report(tmp_path)

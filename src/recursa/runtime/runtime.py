@@ -125,7 +125,10 @@ class Runtime:
     @api_socket.setter
     def api_socket(self, socket: Path | None) -> None:
         self._api_socket = socket
-        self.kernels.set_api_socket(socket)
+        # A kernel that reaches the API over its own channels ([kernel] api =
+        # "comm", the default) is given no socket: its sandbox binds none.
+        if self.kernels.api_transport == "socket":
+            self.kernels.set_api_socket(socket)
 
     @classmethod
     async def open(
