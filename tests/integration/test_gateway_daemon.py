@@ -1,5 +1,6 @@
-"""Sessions whose kernels run behind a real Jupyter gateway, through the real
-daemon and CLI (issue 16's acceptance): a two-cell run, a 20-child fan-out
+"""Sessions whose kernels run behind a real Jupyter gateway (each test on Kernel
+Gateway, then on Enterprise Gateway), through the real daemon and CLI (issue
+16's acceptance): a two-cell run, a 20-child fan-out
 with no kernel process on the daemon's side, ``kill -9`` of the daemon mid-cell
 and the kernel reattached with its variables, a local parent whose child
 runs on the gateway, and the one-line refusals.
@@ -109,14 +110,14 @@ def run_env(env: dict[str, str], gateway: Gateway) -> dict[str, str]:
 
 
 async def test_a_two_cell_run_answers_through_the_gateway_and_stops_its_kernel(
-    kernel_gateway: Gateway,
+    jupyter_gateway: Gateway,
     home: Path,
     server: FakeModelServer,
     gw_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    write_config(home, kernel_gateway)
-    env = run_env(gw_env, kernel_gateway)
+    write_config(home, jupyter_gateway)
+    env = run_env(gw_env, jupyter_gateway)
     server.push(
         cell(
             "import os\nx = 6 * 7\n"
@@ -131,16 +132,16 @@ async def test_a_two_cell_run_answers_through_the_gateway_and_stops_its_kernel(
     [(session, pid, where)] = stored_kernels(home)
     assert pid == 0 and where.startswith("gateway:")
     kernel_id = where.removeprefix("gateway:")
-    assert kernel_id in {k["id"] for k in kernel_gateway.kernels()}
+    assert kernel_id in {k["id"] for k in jupyter_gateway.kernels()}
     # The first cell printed the token's variable and the kernel API's (none is
     # set: the API travels on the kernel's own channels) and its directory.
     first = tool_results(server.requests[1].body)[0]
-    assert f"[None, None, None] {tmp_path}" in first and kernel_gateway.token not in first
+    assert f"[None, None, None] {tmp_path}" in first and jupyter_gateway.token not in first
     assert kernel_descendants(daemon_pid(home)) == []
     transcript = ok(["logs", session], env, tmp_path)
-    assert f"gateway kernel {kernel_id}" in transcript and kernel_gateway.token not in transcript
+    assert f"gateway kernel {kernel_id}" in transcript and jupyter_gateway.token not in transcript
     ok(["daemon", "stop"], env, tmp_path)
-    assert kernel_id not in {k["id"] for k in kernel_gateway.kernels()}
+    assert kernel_id not in {k["id"] for k in jupyter_gateway.kernels()}
 
 
 async def test_kill_9_mid_cell_then_any_command_reattaches_with_variables(
@@ -187,14 +188,14 @@ async def test_kill_9_mid_cell_then_any_command_reattaches_with_variables(
 
 
 async def test_a_fan_out_of_20_children_runs_every_kernel_behind_the_gateway(
-    kernel_gateway: Gateway,
+    jupyter_gateway: Gateway,
     home: Path,
     server: FakeModelServer,
     gw_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    write_config(home, kernel_gateway)
-    env = run_env(gw_env, kernel_gateway)
+    write_config(home, jupyter_gateway)
+    env = run_env(gw_env, jupyter_gateway)
 
     def play(path: str, body: dict[str, Any]) -> Reply:
         task, results = task_of(body), tool_results(body)
@@ -211,26 +212,26 @@ async def test_a_fan_out_of_20_children_runs_every_kernel_behind_the_gateway(
         return Reply(text=f"total {results[-1].strip()}")
 
     server.responder = play
-    before = len(kernel_gateway.kernel_processes())
+    before = len(jupyter_gateway.kernel_processes())
     out = ok(["run", "--model", "openai/m", "fan out the task"], env, tmp_path)
     assert out.strip().splitlines()[-1] == "total 2470", out  # sum of n*n for n < 20
     kernels = stored_kernels(home)
     assert len(kernels) == 21 and all(pid == 0 for _, pid, _ in kernels), kernels
-    running = len(kernel_gateway.kernel_processes())
-    assert running >= before + 21, (before, running, kernel_gateway.log_tail())
+    running = len(jupyter_gateway.kernel_processes())
+    assert running >= before + 21, (before, running, jupyter_gateway.log_tail())
     assert kernel_descendants(daemon_pid(home)) == []
     assert set(meta_backends(home).values()) == {"gateway"}
 
 
 async def test_a_local_parent_sends_a_child_to_the_gateway(
-    kernel_gateway: Gateway,
+    jupyter_gateway: Gateway,
     home: Path,
     server: FakeModelServer,
     gw_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    write_config(home, kernel_gateway, backend="local")
-    env = run_env(gw_env, kernel_gateway)
+    write_config(home, jupyter_gateway, backend="local")
+    env = run_env(gw_env, jupyter_gateway)
 
     def play(path: str, body: dict[str, Any]) -> Reply:
         task, results = task_of(body), tool_results(body)
@@ -268,9 +269,9 @@ async def test_a_gateway_nobody_configured_is_refused_in_one_line(
 
 
 def test_an_unset_token_variable_fails_the_daemon_start_in_one_line(
-    kernel_gateway: Gateway, home: Path, gw_env: dict[str, str], tmp_path: Path
+    jupyter_gateway: Gateway, home: Path, gw_env: dict[str, str], tmp_path: Path
 ) -> None:
-    write_config(home, kernel_gateway)
+    write_config(home, jupyter_gateway)
     env = {k: v for k, v in gw_env.items() if k != TOKEN_VAR}
     line = fails(["run", "--model", "faux/echo", "hi"], env, tmp_path, 2)
     assert f"kernel.gateway.token_env: the variable {TOKEN_VAR} is not set" in line
@@ -278,14 +279,14 @@ def test_an_unset_token_variable_fails_the_daemon_start_in_one_line(
 
 
 async def test_a_stopped_session_unloads_its_gateway_kernel_and_comes_back_with_its_variables(
-    kernel_gateway: Gateway,
+    jupyter_gateway: Gateway,
     home: Path,
     server: FakeModelServer,
     gw_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    write_config(home, kernel_gateway)
-    env = run_env(gw_env, kernel_gateway)
+    write_config(home, jupyter_gateway)
+    env = run_env(gw_env, jupyter_gateway)
     server.push(cell("kept = [1, 2, 3]"), Reply(text="first"))
     out = ok(["run", "--detach", "--model", "openai/m", "first task"], env, tmp_path)
     session = out.strip().splitlines()[-1]
@@ -295,7 +296,7 @@ async def test_a_stopped_session_unloads_its_gateway_kernel_and_comes_back_with_
     first_id = where.removeprefix("gateway:")
     ok(["stop", session], env, tmp_path)  # snapshot, kernel stopped on the gateway
     assert stored_kernels(home) == []
-    assert first_id not in {k["id"] for k in kernel_gateway.kernels()}
+    assert first_id not in {k["id"] for k in jupyter_gateway.kernels()}
     server.push(cell("print(sum(kept))"), Reply(text="second"))
     ok(["send", session, "second task"], env, tmp_path)
     async with DaemonClient(home) as client:

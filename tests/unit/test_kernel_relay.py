@@ -24,8 +24,11 @@ class FakeChannels:
         self.sent: list[JSONDict] = []
         self.arrived = asyncio.Event()
 
-    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+    def send(
+        self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
+    ) -> str:
         assert (msg_type, control, content["comm_id"]) == ("comm_msg", True, KERNEL_COMM_ID)
+        assert not block, "a reply must never wait on the kernel"
         self.sent.append(content["data"])
         self.arrived.set()
         return "m"

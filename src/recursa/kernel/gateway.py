@@ -50,6 +50,11 @@ CONNECT_TIMEOUT = 10.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest WebSocket message read; a kernel's stream messages are far smaller."""
 PROTOCOL_VERSION = "5.3"
+MAX_UNSENT = 1024
+"""Writes that may wait to go out before a reply that need not wait is dropped."""
+PING_INTERVAL = 20.0
+"""Seconds between WebSocket pings: a proxy between here and the gateway
+(an ingress, a load balancer) closes a connection idle for longer, often 60 s."""
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +299,7 @@ class GatewayChannels(RequestState):
         self._session = uuid.uuid4().hex
         self._room = asyncio.Event()
         self._room.set()
+        self._unsent = 0
         self.closed = False
         """The WebSocket is closed (by either side)."""
         self.on_status: Callable[[str], None] | None = None
@@ -315,7 +321,9 @@ class GatewayChannels(RequestState):
         )
         where = settings.base
         try:
-            ws = await websocket_connect(request, max_message_size=MAX_MESSAGE_BYTES)
+            ws = await websocket_connect(
+                request, max_message_size=MAX_MESSAGE_BYTES, ping_interval=PING_INTERVAL
+            )
         except HTTPClientError as exc:
             if exc.code in (401, 403):
                 raise KernelError(
@@ -389,10 +397,16 @@ class GatewayChannels(RequestState):
             content.update(extra)
         return self.send("execute_request", content)
 
-    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
-        """Send a request on shell (or control); return its ``msg_id``."""
+    def send(
+        self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
+    ) -> str:
+        """Send a request on shell (or control); return its ``msg_id``. Unless
+        ``block``, KernelError while :data:`MAX_UNSENT` writes wait to go out
+        (a kernel, or a gateway, that stopped reading)."""
         if self.closed:
             raise KernelError("the kernel's channels are closed")
+        if not block and self._unsent >= MAX_UNSENT:
+            raise KernelError("the kernel is not reading its channel")
         msg_id = uuid.uuid4().hex
         message: JSONDict = {
             "header": {
@@ -410,15 +424,22 @@ class GatewayChannels(RequestState):
             "buffers": [],
         }
         try:
-            self._ws.write_message(json.dumps(message, ensure_ascii=False))
+            written = self._ws.write_message(json.dumps(message, ensure_ascii=False))
         except Exception as exc:  # tornado's WebSocketClosedError, a stream error
             self.closed = True
             raise KernelError(f"the kernel's channels are closed: {exc}") from None
+        self._unsent += 1
+        written.add_done_callback(self._written)
         self._sent_now(msg_id)
         return msg_id
 
     def _make_room(self) -> None:
         self._room.set()
+
+    def _written(self, done: asyncio.Future[None]) -> None:
+        self._unsent -= 1
+        if not done.cancelled():
+            done.exception()  # a closed stream: the reader notices it
 
     def close(self) -> None:
         """Close the WebSocket and stop reading. Idempotent."""

@@ -77,8 +77,11 @@ class CommChannels(Protocol):
     on_comm: Callable[[Message], None] | None
     """Where the channels hand every ``comm_msg`` of the API's comm from iopub."""
 
-    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
-        """Send a message (on control when ``control``); KernelError once closed."""
+    def send(
+        self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
+    ) -> str:
+        """Send a message (on control when ``control``); KernelError once closed,
+        or, when not ``block``, when the kernel is not reading what was sent."""
         ...
 
 
@@ -216,11 +219,14 @@ class Relay:
             "data": {"id": request_id, "status": status, "body": body},
         }
         try:
-            channels.send("comm_msg", content, control=True)
+            # Never waits: a kernel that stops reading its control channel while
+            # it floods requests must not stall the daemon's loop on a full queue.
+            channels.send("comm_msg", content, control=True, block=False)
         except (KernelError, ValueError, TypeError):
-            # Closed channels (the process is stopping), or a body the session
-            # cannot serialize: the kernel's wait ends at its timeout.
-            log.warning("could not send a kernel API reply (%s)", request_id)
+            # Closed channels (the process is stopping), a kernel not reading,
+            # or a body the session cannot serialize: the reply is dropped and
+            # the kernel's wait ends at its timeout.
+            log.info("a kernel API reply was dropped (%s)", request_id)
 
 
 def _parse(data: JSONDict) -> _Request:

@@ -164,6 +164,7 @@ _IOPUB = 1
 """The iopub socket's index among a :class:`Channels`' sockets (shell, iopub, control)."""
 
 _POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
 
 _DRAIN_BATCH = 64
 """How many messages one readiness callback takes before letting the loop run."""
@@ -392,13 +393,19 @@ class Channels(RequestState):
             content.update(extra)
         return self.send("execute_request", content)
 
-    def send(self, msg_type: str, content: JSONDict, *, control: bool = False) -> str:
+    def send(
+        self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
+    ) -> str:
         """Send a request on the shell (or control) channel; return its ``msg_id``.
-        Inside :meth:`request`, its reply is kept for :meth:`reply`."""
+        Inside :meth:`request`, its reply is kept for :meth:`reply`. Unless
+        ``block``, a socket whose queue is full (a kernel that stopped reading)
+        raises KernelError instead of stalling the loop."""
         msg = self.session.msg(msg_type, content)
         index = 2 if control else 0
         if index >= len(self._plain):
             raise KernelError("the kernel's channels are closed")
+        if not block and not int(self._plain[index].get(zmq.EVENTS)) & _POLLOUT:
+            raise KernelError("the kernel is not reading its channel")
         # What channel.send does, minus ignoring a refusal: Session does not
         # send from a forked child.
         if self.session.send(self._plain[index], msg) is None:
