@@ -483,6 +483,9 @@ def _gateway_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"a gateway URL is http(s)://HOST[:PORT][/BASE], not {value!r}")
+    if parts.username or parts.password:
+        # It would be shown in every message that names the gateway.
+        raise ValueError("a gateway URL holds no credentials: give the token with token_env")
     return value
 
 
@@ -628,7 +631,10 @@ def load_config(
         ),
         kernel=KernelConfig(
             env=kernel_environment(
-                environ, extra_allow=kernel.env_allow, providers=providers.values()
+                environ,
+                extra_allow=kernel.env_allow,
+                providers=providers.values(),
+                secrets=(gateway.token,) if gateway is not None else (),
             ),
             startup_timeout=kernel.startup_timeout or DEFAULT_KERNEL_STARTUP_TIMEOUT,
             interrupt_grace=kernel.interrupt_grace,
@@ -681,6 +687,10 @@ def _gateway(
             raise ConfigError(
                 f"{path}: kernel.gateway.token_env: the variable {table.token_env} is not set"
             )
+    if not token:
+        # Without one, any process that reaches the gateway (a kernel among
+        # them) could start and drive kernels there.
+        raise ConfigError(f"{path}: kernel.gateway: a token is required (token_env or token)")
     return GatewayConfig(
         url=table.url,
         token=token,
@@ -694,15 +704,17 @@ def kernel_environment(
     *,
     extra_allow: list[str] | tuple[str, ...] = (),
     providers: Iterable[ProviderConfig] = (),
+    secrets: Iterable[str] = (),
 ) -> dict[str, str]:
     """The environment a kernel starts with: an allow-list, minus every credential.
 
     A variable passes if it is allow-listed (or ``LC_*``) and neither its name
     looks like a credential nor its value equals a configured credential.
-    Provider key variables are refused even when allow-listed by hand.
+    Provider key variables are refused even when allow-listed by hand, and so
+    is any value among ``secrets`` (the kernel gateway's token).
     """
     providers = tuple(providers)
-    secret_values = {p.api_key for p in providers if p.api_key}
+    secret_values = {p.api_key for p in providers if p.api_key} | {v for v in secrets if v}
     secret_names = {p.api_key_env for p in providers if p.api_key_env}
     secret_names |= {spec[1] for spec in _BUILTIN_PROVIDERS.values()}
     allowed = KERNEL_ENV_ALLOW | set(extra_allow)

@@ -202,3 +202,20 @@ async def test_the_gateways_own_environment_does_not_reach_its_kernels(
             await kernel.shutdown()
             await client.aclose()
     assert text(out) == "[None, 'recursa']"
+
+
+async def test_a_closed_connection_to_a_live_kernel_is_reopened_not_restarted(
+    kernel: Kernel,
+) -> None:
+    """A proxy's idle timeout or a network blip closes the WebSocket, not the
+    kernel: the next cell reopens the channels and finds its variables."""
+    kernel_id = kernel.kernel_id
+    await kernel.execute("kept = 7", timeout=30)
+    channels = kernel._proc.channels
+    assert channels is not None
+    channels._ws.close()  # type: ignore[union-attr]  # as a proxy would
+    await channels.wait(None)  # the reader sees the close and wakes us
+    assert not kernel.is_alive()
+    out = await kernel.execute("kept * 6", timeout=30)
+    assert (text(out), out.restarted, out.note) == ("42", False, "")
+    assert kernel.kernel_id == kernel_id and kernel.restarts == 0

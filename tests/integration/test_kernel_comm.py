@@ -285,3 +285,45 @@ async def test_the_extensions_command_line_setting_switches_a_kernel_to_the_chan
         kernel.serve_api(in_process(apps.kernel)(tree["token"]))
         assert await run(kernel, "print((await rlm('flagged')).status)") == "running\n"
     assert [c[2] for c in host.kernel_calls] == [Spawn(task="flagged")]
+
+
+async def test_a_daemon_that_takes_a_kernel_over_ends_the_calls_its_predecessor_left(
+    tmp_path: Path, config: Config
+) -> None:
+    """A call in flight when the daemon died never gets its reply: the daemon
+    that reattaches the kernel tells it so, and the call fails in one line
+    instead of waiting forever (a task the cell left running awaits it)."""
+    started = asyncio.Event()
+
+    async def never(method: str, path: str, body: object, timeout: float | None) -> object:
+        started.set()
+        await asyncio.Event().wait()  # the daemon dies before it answers
+
+    first = Kernel(tmp_path, config.kernel.env, runtime_dir=tmp_path / "rt", api_transport="comm")
+    await first.start()
+    first.serve_api(never)
+    await run(
+        first,
+        "import asyncio\n"
+        "async def ask():\n"
+        "    try:\n"
+        "        await rlm.list_subagents()\n"
+        "    except Exception as exc:\n"
+        "        return f'{type(exc).__name__}: {exc}'\n"
+        "pending = asyncio.ensure_future(ask())",
+    )
+    await until(started)
+    pid = first.pid
+    assert pid is not None
+    first._proc.let_go()  # the daemon is gone; the kernel and its task live on
+    await first._relay.aclose()  # type: ignore[union-attr]
+    second = await Kernel.attach(
+        first.connection_file, pid, tmp_path, config.kernel.env, api_transport="comm"
+    )
+    try:
+        text = await run(second, "print(await asyncio.wait_for(pending, 10))")
+        assert text.strip() == (
+            "DaemonError: the recursa daemon restarted during this call; its outcome is unknown"
+        )
+    finally:
+        await second.shutdown()

@@ -336,3 +336,25 @@ def test_max_children_defaults_to_64_and_is_read_from_the_file(tmp_path: Path) -
     assert load_config({"RECURSA_HOME": str(tmp_path)}).agents.max_children == 64
     write(tmp_path, "[agents]\nmax_children = 7\n")
     assert load_config({"RECURSA_HOME": str(tmp_path)}).agents.max_children == 7
+
+
+def test_a_gateway_needs_a_token_no_credentials_in_its_url_and_its_token_reaches_no_kernel(
+    tmp_path: Path,
+) -> None:
+    table = '[kernel.gateway]\nurl = "http://gw:8888"\n'
+    write(tmp_path, table)
+    with pytest.raises(ConfigError, match=r"kernel\.gateway: a token is required"):
+        load_config({"RECURSA_HOME": str(tmp_path)})
+    write(tmp_path, '[kernel.gateway]\nurl = "http://me:pw@gw:8888"\ntoken = "t"\n')
+    with pytest.raises(ConfigError, match="a gateway URL holds no credentials") as refused:
+        load_config({"RECURSA_HOME": str(tmp_path)})
+    assert "pw" not in str(refused.value)
+    # The token's value is refused in a kernel's environment, even allow-listed by hand.
+    write(
+        tmp_path,
+        '[kernel]\nenv_allow = ["GW_KEY"]\n[kernel.gateway]\nurl = "http://gw:8888"\n'
+        'token_env = "GW_KEY"\n',
+    )
+    config = load_config({"RECURSA_HOME": str(tmp_path), "GW_KEY": "s3cret"})
+    assert config.kernel.gateway is not None and config.kernel.gateway.token == "s3cret"
+    assert "GW_KEY" not in config.kernel.env and "s3cret" not in config.kernel.env.values()

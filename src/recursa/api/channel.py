@@ -136,8 +136,17 @@ async def call(
 
 
 def _take_reply(data: object) -> None:
-    """In the control thread: hand a reply to the call that awaits it, if any."""
+    """In the control thread: hand a reply to the call that awaits it, if any;
+    or, on a reset (a daemon that took this kernel over after its predecessor
+    died), end every call in flight: no reply will come to them."""
     if not isinstance(data, dict):
+        return
+    if data.get("reset") is True:
+        with _State.lock:
+            pending, _State.pending = _State.pending, {}
+        for loop, future in pending.values():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, future, (503, RESET_BODY))
         return
     request_id, status = data.get("id"), data.get("status")
     if not isinstance(request_id, str) or isinstance(status, bool) or not isinstance(status, int):
@@ -149,6 +158,14 @@ def _take_reply(data: object) -> None:
     loop, future = entry
     with contextlib.suppress(RuntimeError):  # its loop is closed
         loop.call_soon_threadsafe(_resolve, future, (status, data.get("body")))
+
+
+RESET_BODY = {
+    "error": {
+        "kind": "internal",
+        "message": "the recursa daemon restarted during this call; its outcome is unknown",
+    }
+}
 
 
 def _resolve(future: asyncio.Future[tuple[int, Any]], reply: tuple[int, Any]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import uuid
@@ -112,7 +113,10 @@ class GatewayClient:
         self.watch_interval = watch_interval
         self._http: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._watched: dict[str, Callable[[str], None]] = {}
+        self._watched: dict[str, tuple[int, Callable[[str], None]]] = {}
+        """Each watched kernel's registration (a number, new at every
+        :meth:`watch`) and what to call once it is gone."""
+        self._registrations = itertools.count()
         self._watcher: asyncio.Task[None] | None = None
         self._listable = True
 
@@ -120,7 +124,7 @@ class GatewayClient:
         """Call ``on_gone(why)`` once the gateway no longer has ``kernel_id``
         (or reports it dead), looked at every :attr:`watch_interval` seconds
         with one request for all the kernels watched, until :meth:`unwatch`."""
-        self._watched[kernel_id] = on_gone
+        self._watched[kernel_id] = (next(self._registrations), on_gone)
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.get_running_loop().create_task(
                 self._watch(), name="recursa-gateway-watch"
@@ -132,17 +136,21 @@ class GatewayClient:
     async def _watch(self) -> None:
         while self._watched:
             await asyncio.sleep(self.watch_interval)
+            asked = dict(self._watched)
             try:
-                states = await self._states(list(self._watched))
+                states = await self._states(list(asked))
             except KernelError as exc:
                 log.info("looking at the gateway's kernels failed: %s", exc)
                 continue
             for kernel_id, state in states.items():
-                on_gone = self._watched.get(kernel_id)
-                if on_gone is not None and state in (None, "dead"):
-                    self._watched.pop(kernel_id, None)
-                    gone = "deleted" if state is None else "dead"
-                    on_gone(f"the gateway reports the kernel {gone}")
+                # Only the registration the answer was asked for: a kernel
+                # restarted (same id) while the look was under way is not
+                # judged by what its old process was.
+                if state not in (None, "dead") or self._watched.get(kernel_id) != asked[kernel_id]:
+                    continue
+                _, on_gone = self._watched.pop(kernel_id)
+                gone = "deleted" if state is None else "dead"
+                on_gone(f"the gateway reports the kernel {gone}")
 
     async def _states(self, kernel_ids: list[str]) -> dict[str, str | None]:
         """Each kernel's ``execution_state`` (None: the gateway has no such
@@ -165,6 +173,8 @@ class GatewayClient:
                 states[kernel_id] = str((await self.kernel(kernel_id)).get("execution_state"))
             except KernelGone:
                 states[kernel_id] = None
+            except KernelError as exc:  # this one unknown this time; the others still told
+                log.info("looking at gateway kernel %s failed: %s", kernel_id, exc)
         return states
 
     async def start_kernel(self) -> str:

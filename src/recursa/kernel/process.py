@@ -311,6 +311,8 @@ class Kernel(HarnessCommands):
             await proc.adopt(proc.kernel_id, answer_within)
         else:
             await proc.adopt(pid, answer_within)
+        if self._relay is not None:
+            self._relay.reset_kernel()  # its calls to the daemon that died get no reply
         self._started = True
         try:
             if await proc.answers_shell(loop.time() + IDLE_PROBE):
@@ -422,6 +424,8 @@ class Kernel(HarnessCommands):
             raise KernelError("the kernel is not started")
         if self._proc.is_alive():
             return ""
+        if isinstance(self._proc, GatewayProcess) and await self._proc.reconnect():
+            return ""  # only its connection had closed: the kernel lives on
         # Not even launched: an earlier restart failed, so this is another try.
         how = self._proc.exit_description() if self._proc.launched else "an earlier restart failed"
         await self._restart_locked()

@@ -125,6 +125,18 @@ class Relay:
         self._channels = channels
         channels.on_comm = self.receive
 
+    def reset_kernel(self) -> None:
+        """Tell the kernel (taken over from a daemon that died) that no reply
+        will come to the calls it has in flight, which then fail at once."""
+        channels = self._channels
+        if channels is None:
+            return
+        content = {"comm_id": KERNEL_COMM_ID, "data": {"reset": True}}
+        try:
+            channels.send("comm_msg", content, control=True, block=False)
+        except KernelError:
+            log.info("could not reset a reattached kernel's API calls")
+
     def detach(self) -> None:
         """Serve no channels: cancel every request, answer nothing."""
         self._drop_all()

@@ -17,10 +17,13 @@ and reattaches through it unchanged. What differs is where the kernel lives:
   or ``dead`` (the gateway restarts a kernel that died on its own: the
   namespace is gone all the same), is a death, noticed at once.
 - **Interrupt and stop** are the gateway's ``interrupt`` and ``DELETE``.
-- **Environment.** The gateway passes a new kernel only the ``KERNEL_*``
-  variables of the request; the harness sets the rest with a silent command
-  after start (:meth:`recursa.kernel.Kernel.export_env`), as for a reattached
-  local kernel. Nothing of the daemon's own environment is sent.
+- **Environment.** A kernel is started with one variable of ours
+  (:meth:`~recursa.kernel.gateway.GatewayClient.start_kernel` says why), so
+  the gateway passes it only that and what its operator allows; nothing of
+  the daemon's environment is sent, and no token: the kernel API travels on
+  the kernel's own channels (:mod:`recursa.kernel.relay`).
+- **Confinement** is the gateway's host's, not recursa's sandbox: see the
+  README (kernels on a Jupyter gateway).
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ from recursa.kernel.launch import BOOTSTRAP, USE_COMM
 from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 
+ADOPT_PATIENCE = 15.0
+"""Seconds a reattach waits for a gateway that does not answer (not one that
+answers that the kernel is gone) before the kernel is given up."""
+ADOPT_RETRY = 0.5
+RECONNECT_TIMEOUT = 5.0
+"""Seconds to reopen the channels of a gateway kernel that is still alive."""
 CHECK_INTERVAL = 1.0
 """How often a waiter looks at a gateway kernel again (its death also wakes it)."""
 DEAD_STATES = frozenset({"restarting", "dead"})
@@ -193,7 +202,7 @@ class GatewayProcess(ChannelDriver):
         self.kernel_id = kernel_id
         loop = asyncio.get_running_loop()
         try:
-            await self.client.kernel(kernel_id)
+            await self._find(kernel_id, loop.time() + ADOPT_PATIENCE)
             await self._connect(loop.time() + max(answer_within, 1.0))
             answered = await self.answers_control(loop.time() + answer_within)
         except KernelGone:
@@ -209,6 +218,44 @@ class GatewayProcess(ChannelDriver):
         raise KernelError(
             f"gateway kernel {kernel_id} did not answer within {answer_within:g} s; it was stopped"
         )
+
+    async def reconnect(self, within: float = RECONNECT_TIMEOUT) -> bool:
+        """After the channels closed (a proxy's idle timeout, a network blip, a
+        gateway restarted) on a kernel the gateway still has alive: open them
+        again, namespace kept. False when the kernel died or is gone (a restart
+        is then due), or the gateway does not answer."""
+        kernel_id = self.kernel_id
+        if kernel_id is None or self._dead:
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            model = await self.client.kernel(kernel_id)
+            if model.get("execution_state") == "dead":
+                return False
+            self._disconnect()
+            await self._connect(loop.time() + within)
+            if await self.answers_control(loop.time() + within):
+                log.info("gateway kernel %s: channels reopened, namespace kept", kernel_id)
+                return True
+        except KernelError as exc:
+            log.info("gateway kernel %s could not be reconnected: %s", kernel_id, exc)
+        return False
+
+    async def _find(self, kernel_id: str, deadline: float) -> None:
+        """The gateway has the kernel: asked again until ``deadline`` while the
+        gateway does not answer (a daemon restarted after a crash may come up
+        while its gateway restarts too). KernelGone at once if it has not."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self.client.kernel(kernel_id)
+                return
+            except KernelGone:
+                raise
+            except KernelError:
+                if loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(ADOPT_RETRY)
 
     def let_go(self) -> None:
         """Close the channels and keep the kernel, for a later :meth:`adopt`."""

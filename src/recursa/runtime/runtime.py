@@ -415,9 +415,11 @@ class Runtime:
             if isinstance(result, Exception):
                 log.error("closing session %s failed: %s", session.id, result)
         try:
-            await self.kernels.aclose()
-            if self.gateway_kernels is not None:
-                await self.gateway_kernels.aclose()
+            try:
+                await self.kernels.aclose()
+            finally:
+                if self.gateway_kernels is not None:
+                    await self.gateway_kernels.aclose()
         finally:
             try:
                 if self._checkpoints is not None:
