@@ -315,6 +315,9 @@ async def test_a_daemon_that_takes_a_kernel_over_ends_the_calls_its_predecessor_
     await until(started)
     pid = first.pid
     assert pid is not None
+    manager = first._proc._manager  # type: ignore[union-attr]
+    assert manager is not None
+    launched = manager.provisioner.process  # reaped below: this process started it
     first._proc.let_go()  # the daemon is gone; the kernel and its task live on
     await first._relay.aclose()  # type: ignore[union-attr]
     second = await Kernel.attach(
@@ -327,3 +330,4 @@ async def test_a_daemon_that_takes_a_kernel_over_ends_the_calls_its_predecessor_
         )
     finally:
         await second.shutdown()
+        await asyncio.to_thread(launched.wait, 10)
