@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from recursa.errors import KernelError, one_line
-from recursa.kernel.wire import JSONDict, Message, RequestState, execute_content
+from recursa.kernel.wire import JSONDict, Message, RequestState
 
 if TYPE_CHECKING:
     import httpx2
@@ -400,12 +400,6 @@ class GatewayChannels(RequestState):
             self._keep_reply(msg)
 
     # -- requests -----------------------------------------------------------------------
-
-    def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
-        content = execute_content(code, silent=silent)
-        if extra:
-            content.update(extra)
-        return self.send("execute_request", content)
 
     def send(
         self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True

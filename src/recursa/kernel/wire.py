@@ -224,6 +224,20 @@ class RequestState:
     def _make_room(self) -> None:
         """The request's backlog has room again (or the request ended)."""
 
+    def send(
+        self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
+    ) -> str:
+        """Send a request on shell (or control); return its ``msg_id``."""
+        raise NotImplementedError
+
+    def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
+        """Send an ``execute_request`` (:func:`execute_content`, plus ``extra``
+        fields) on shell; return its ``msg_id``."""
+        content = execute_content(code, silent=silent)
+        if extra:
+            content.update(extra)
+        return self.send("execute_request", content)
+
     @contextlib.contextmanager
     def request(self, *, iopub: bool = True) -> Iterator[None]:
         """Keep, until the block ends, the replies to what is sent in it and (when
@@ -384,14 +398,6 @@ class Channels(RequestState):
             self._keep_reply(msg)
 
     # -- requests ---------------------------------------------------------------------------
-
-    def execute(self, code: str, *, silent: bool, extra: JSONDict | None = None) -> str:
-        """Send an ``execute_request`` (:func:`execute_content`, plus ``extra``
-        fields) on shell; return its ``msg_id``."""
-        content = execute_content(code, silent=silent)
-        if extra:
-            content.update(extra)
-        return self.send("execute_request", content)
 
     def send(
         self, msg_type: str, content: JSONDict, *, control: bool = False, block: bool = True
