@@ -17,7 +17,7 @@ from fake_kernel_host import FakeKernelHost
 from recursa.config import Config
 from recursa.daemon.app import create_apps, in_process
 from recursa.daemon.replies import StopSignal
-from recursa.kernel import Kernel, OutputPart, launch, lifecycle
+from recursa.kernel import Kernel, OutputPart, driver, launch
 from recursa.kernel.relay import MAX_IN_FLIGHT
 from recursa.protocol.wire import AgentMessage, Spawn
 
@@ -277,7 +277,7 @@ async def test_the_extensions_command_line_setting_switches_a_kernel_to_the_chan
     monkeypatch.setattr(
         launch, "extension_flags", lambda: (*flags, "--RecursaKernel.api_transport=comm")
     )
-    monkeypatch.setattr(lifecycle, "USE_COMM", "pass")
+    monkeypatch.setattr(driver, "USE_COMM", "pass")  # the silent switch every launch runs
     apps = create_apps(host, token="people-token", stop=StopSignal(), kernel_host=host)
     async with Kernel(
         tmp_path, config.kernel.env, runtime_dir=tmp_path / "rt", api_transport="comm"

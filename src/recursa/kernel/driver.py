@@ -17,12 +17,14 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 from recursa.errors import KernelError
+from recursa.kernel.launch import BOOTSTRAP, USE_COMM
 from recursa.kernel.wire import JSONDict, utf8
 
 if TYPE_CHECKING:
     import contextlib
     from collections.abc import Collection
 
+    from recursa.kernel.relay import Relay
     from recursa.kernel.wire import Message
 
 SILENT_TIMEOUT = 60.0
@@ -62,6 +64,8 @@ class ChannelDriver:
 
     channels: KernelChannels | None
     startup_timeout: float
+    relay: Relay | None
+    """Serves the kernel API over the kernel's channels (``api_transport="comm"``), or None."""
 
     def is_alive(self) -> bool:
         raise NotImplementedError
@@ -107,6 +111,21 @@ class ChannelDriver:
                     limit = f"{self.startup_timeout:g} s"
                     raise KernelError(f"the kernel was not ready within {limit}{self.log_tail()}")
                 await channels.wait(min(next_probe, deadline, self.next_check(now)))
+
+    async def bootstrap(self, deadline: float) -> None:
+        """Wait until a fresh process is ready, then make it recursa's (and,
+        with a relay, switch its kernel API to its own channels)."""
+        await self.wait_ready(deadline)
+        code = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
+        await self.silent(code, deadline=deadline)
+
+    def _disconnect(self) -> None:
+        """Close the channels; the relay's requests end unanswered."""
+        if self.relay is not None:
+            self.relay.detach()
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
 
     async def answers_control(self, deadline: float) -> bool:
         """Whether the kernel answers on control by ``deadline`` (loop time)."""

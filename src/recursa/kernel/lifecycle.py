@@ -34,9 +34,7 @@ from recursa.errors import KernelError
 from recursa.kernel.driver import ChannelDriver
 from recursa.kernel.forkserver import ForkServer, ForkServers
 from recursa.kernel.launch import (
-    BOOTSTRAP,
     IPC_NAME,
-    USE_COMM,
     kernel_dir,
     kernel_dir_of,
     make_manager,
@@ -211,9 +209,7 @@ class KernelProcess(ChannelDriver):
                 self._watch = await self._spawn(cwd)
             self._watch.watch(loop, self._on_exit)
             self.channels = self._connect(loop)
-            await self.wait_ready(deadline)
-            bootstrap = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
-            await self.silent(bootstrap, deadline=deadline)
+            await self.bootstrap(deadline)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await self.stop(graceful=False)
@@ -221,14 +217,6 @@ class KernelProcess(ChannelDriver):
                 raise  # ours already, or a cancellation
             detail = f"{exc}{self.log_tail()}"
             raise KernelError(f"could not start a kernel with {self._python}: {detail}") from exc
-
-    def _disconnect(self) -> None:
-        """Close the channels; the relay's requests end unanswered."""
-        if self.relay is not None:
-            self.relay.detach()
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
 
     def _connect(self, loop: asyncio.AbstractEventLoop) -> Channels:
         """New channels to the current process, served by the relay if any."""

@@ -37,7 +37,6 @@ from pathlib import Path
 from recursa.errors import KernelError
 from recursa.kernel.driver import ChannelDriver
 from recursa.kernel.gateway import GatewayChannels, GatewayClient, GatewaySettings, KernelGone
-from recursa.kernel.launch import BOOTSTRAP, USE_COMM
 from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 
@@ -141,9 +140,7 @@ class GatewayProcess(ChannelDriver):
             else:
                 self.kernel_id = await self.client.start_kernel()
             await self._connect(deadline)
-            await self.wait_ready(deadline)
-            bootstrap = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
-            await self.silent(bootstrap, deadline=deadline)
+            await self.bootstrap(deadline)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await self.stop(graceful=False)
@@ -173,14 +170,6 @@ class GatewayProcess(ChannelDriver):
         self._dead = ""
         self.channels = channels
         self.client.watch(self.kernel_id, self._gone)
-
-    def _disconnect(self) -> None:
-        """Close the channels; the relay's requests end unanswered."""
-        if self.relay is not None:
-            self.relay.detach()
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
 
     def _gone(self, why: str) -> None:
         if not self._dead:
