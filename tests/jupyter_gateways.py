@@ -130,12 +130,17 @@ def argv(
     return args
 
 
-def write_kernelspec(jupyter_path: Path, name: str = KERNEL_NAME) -> Path:
-    """``<jupyter_path>/kernels/<name>/kernel.json``: ipykernel on this interpreter."""
+def write_kernelspec(
+    jupyter_path: Path,
+    name: str = KERNEL_NAME,
+    launcher: Sequence[str] = ("-m", "ipykernel_launcher"),
+) -> Path:
+    """``<jupyter_path>/kernels/<name>/kernel.json``: ipykernel on this
+    interpreter (or this interpreter running ``launcher``, then ``-f FILE``)."""
     spec = jupyter_path / "kernels" / name
     spec.mkdir(parents=True, exist_ok=True)
     kernel = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, *launcher, "-f", "{connection_file}"],
         "display_name": name,
         "language": "python",
     }

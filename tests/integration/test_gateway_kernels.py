@@ -11,14 +11,19 @@ one-line errors of a wrong token, an unknown kernel and a gateway that is gone.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from jupyter_gateways import Gateway, missing, start_gateway
+from jupyter_gateways import Gateway, missing, start_gateway, write_kernelspec
 from recursa.errors import KernelError
 from recursa.kernel import GatewayClient, GatewaySettings, Kernel
+from recursa.kernel import gateway as gateway_module
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -150,6 +155,87 @@ async def test_a_kernel_deleted_behind_our_back_is_replaced_and_the_cell_says_so
     assert "the gateway reports the kernel deleted" in out.note and "variables are gone" in out.note
     assert text(await kernel.execute("'x' in dir()", timeout=30)) == "False"
     assert kernel.kernel_id != old and kernel.kernel_id in {k["id"] for k in gateway.kernels()}
+
+
+STALLS_ONCE = textwrap.dedent(
+    """
+    import os, sys, time
+    first, told = sys.argv[1], sys.argv[2]
+    try:
+        os.close(os.open(first, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[3:]])
+    with open(told, "w") as fifo:  # the test waits on it
+        fifo.write("stalled")
+    time.sleep(3600)  # never comes up, as a kernel whose port was taken
+    """
+)
+
+
+async def test_a_kernel_that_is_lost_or_never_answers_while_it_starts_is_replaced(
+    gateway: Gateway,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Of many kernels Enterprise Gateway starts at once, one now and then
+    never comes up (its port was taken): it is dropped by the gateway, or
+    listed as starting for good. A start asks for another kernel in both
+    cases. Here the first kernel of each start stalls: the first start's is
+    deleted; the second start's is given up after the gateway's patience (a
+    multiple of how long the first start's good kernel took)."""
+    script, told, first = tmp_path / "stalls_once.py", tmp_path / "told", tmp_path / "first"
+    script.write_text(STALLS_ONCE)
+    os.mkfifo(told)
+    name = "recursa-stalls-once"
+    write_kernelspec(gateway.where / "jupyter-path", name, (str(script), str(first), str(told)))
+    monkeypatch.setattr(gateway_module, "PATIENCE_FACTOR", 2.0)
+    settings = GatewaySettings(gateway.url, gateway.token, name)
+    client = GatewayClient(settings, watch_interval=0.05, min_patience=1.0)
+    started: asyncio.Queue[str] = asyncio.Queue()
+    start_kernel = client.start_kernel
+
+    async def start_and_tell() -> str:
+        kernel_id = await start_kernel()
+        started.put_nowait(kernel_id)
+        return kernel_id
+
+    monkeypatch.setattr(client, "start_kernel", start_and_tell)
+    deleted, given_up = Kernel(tmp_path, {}, gateway=client), Kernel(tmp_path, {}, gateway=client)
+    reading = asyncio.ensure_future(asyncio.to_thread(told.read_text))
+    starting = asyncio.ensure_future(deleted.start())
+    try:
+        assert client.patience() is None  # nothing learnt yet: the startup limit alone
+        # The gateway answered the start, and the kernel's process is stalled.
+        stalled = await asyncio.wait_for(started.get(), 60)
+        await asyncio.wait({starting, reading}, return_when=asyncio.FIRST_COMPLETED)
+        assert reading.done() and reading.result() == "stalled", starting
+        with caplog.at_level(logging.WARNING, "recursa.kernel.remote"):
+            assert await asyncio.to_thread(gateway.delete_kernel, stalled) == 204
+            await starting
+        assert "lost while it started (the gateway reports the kernel deleted)" in caplog.text
+        assert deleted.kernel_id == started.get_nowait() != stalled
+        assert text(await deleted.execute("6 * 7", timeout=30)) == "42"
+
+        patience = client.patience()
+        assert patience is not None and patience >= 1.0
+        first.unlink()  # the next kernel stalls too; nobody deletes it
+        reading = asyncio.ensure_future(asyncio.to_thread(told.read_text))
+        with caplog.at_level(logging.WARNING, "recursa.kernel.remote"):
+            await given_up.start()
+        assert f"lost while it started (it did not answer within {patience:g} s)" in caplog.text
+        [never, kept] = [started.get_nowait(), started.get_nowait()]
+        assert await reading == "stalled" and given_up.kernel_id == kept != never
+        assert never not in {k["id"] for k in gateway.kernels()}
+        assert text(await given_up.execute("7 * 6", timeout=30)) == "42"
+    finally:
+        if not reading.done():  # the process never wrote: let the reader go
+            os.close(os.open(told, os.O_WRONLY | os.O_NONBLOCK))
+        await asyncio.gather(starting, reading, return_exceptions=True)
+        await deleted.shutdown()
+        await given_up.shutdown()
+        await client.aclose()
+    assert gateway.kernels() == []
 
 
 async def test_errors_are_one_line(gateway: Gateway, tmp_path: Path) -> None:

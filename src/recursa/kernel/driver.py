@@ -80,6 +80,9 @@ class ChannelDriver:
         """What the kernel printed before it could talk, for an error (``; ...``)."""
         return ""
 
+    def answered(self) -> None:
+        """A fresh kernel answered for the first time."""
+
     async def wait_ready(self, deadline: float) -> None:
         """Ready means: a ``kernel_info_reply`` came back on shell, and iopub
         delivers (ipykernel greets each subscriber with ``iopub_welcome``; a
@@ -112,10 +115,12 @@ class ChannelDriver:
                     raise KernelError(f"the kernel was not ready within {limit}{self.log_tail()}")
                 await channels.wait(min(next_probe, deadline, self.next_check(now)))
 
-    async def bootstrap(self, deadline: float) -> None:
-        """Wait until a fresh process is ready, then make it recursa's (and,
-        with a relay, switch its kernel API to its own channels)."""
-        await self.wait_ready(deadline)
+    async def bootstrap(self, deadline: float, *, ready_by: float | None = None) -> None:
+        """Wait until a fresh process is ready (by ``ready_by``, else
+        ``deadline``), then make it recursa's (and, with a relay, switch its
+        kernel API to its own channels)."""
+        await self.wait_ready(deadline if ready_by is None else ready_by)
+        self.answered()
         code = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
         await self.silent(code, deadline=deadline)
 

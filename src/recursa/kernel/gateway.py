@@ -23,6 +23,7 @@ is not a JSON object of the protocol's shape is dropped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -51,6 +52,11 @@ CONNECT_TIMEOUT = 10.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest WebSocket message read; a kernel's stream messages are far smaller."""
 PROTOCOL_VERSION = "5.3"
+MIN_PATIENCE = 10.0
+"""Seconds a new kernel may take to answer, at least, before it is taken as
+lost (see :meth:`GatewayClient.patience`)."""
+PATIENCE_FACTOR = 5.0
+RECENT_STARTS = 16
 MAX_UNSENT = 1024
 """Writes that may wait to go out before a reply that need not wait is dropped."""
 PING_INTERVAL = 20.0
@@ -107,10 +113,17 @@ class GatewayClient:
     """
 
     def __init__(
-        self, settings: GatewaySettings, *, watch_interval: float = WATCH_INTERVAL
+        self,
+        settings: GatewaySettings,
+        *,
+        watch_interval: float = WATCH_INTERVAL,
+        min_patience: float = MIN_PATIENCE,
     ) -> None:
         self.settings = settings
         self.watch_interval = watch_interval
+        self.min_patience = min_patience
+        self._starts: collections.deque[float] = collections.deque(maxlen=RECENT_STARTS)
+        """Seconds the gateway's recent new kernels took to first answer."""
         self._http: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[str, tuple[int, Callable[[str], None]]] = {}
@@ -119,6 +132,23 @@ class GatewayClient:
         self._registrations = itertools.count()
         self._watcher: asyncio.Task[None] | None = None
         self._listable = True
+
+    def answered(self, seconds: float) -> None:
+        """A new kernel first answered ``seconds`` after it was asked for."""
+        self._starts.append(seconds)
+
+    def patience(self) -> float | None:
+        """Seconds a new kernel may take to first answer before it is taken as
+        lost and another is asked for: five times the slowest of this
+        gateway's recent starts, at least :attr:`min_patience`. None (the
+        startup limit alone) before any start answered: how long this
+        gateway takes (a process on one host, a pod on a cluster) is learnt.
+
+        Enterprise Gateway does not always notice a local kernel whose port
+        was taken: it is listed as starting, and never answers."""
+        if not self._starts:
+            return None
+        return max(self.min_patience, PATIENCE_FACTOR * max(self._starts))
 
     def watch(self, kernel_id: str, on_gone: Callable[[str], None]) -> None:
         """Call ``on_gone(why)`` once the gateway no longer has ``kernel_id``
@@ -317,23 +347,43 @@ class GatewayChannels(RequestState):
 
     @classmethod
     async def connect(
-        cls, settings: GatewaySettings, kernel_id: str, *, within: float = CONNECT_TIMEOUT
+        cls,
+        settings: GatewaySettings,
+        kernel_id: str,
+        *,
+        within: float = CONNECT_TIMEOUT,
+        unless: asyncio.Event | None = None,
     ) -> GatewayChannels:
-        """Open the kernel's channels WebSocket; :class:`KernelError` in one line."""
+        """Open the kernel's channels WebSocket; :class:`KernelError` in one
+        line. Enterprise Gateway answers the handshake only once the kernel
+        does: when ``unless`` is set first (the kernel is known lost), the
+        handshake is abandoned, its connection closed, and :class:`KernelGone`
+        raised."""
         from tornado.httpclient import HTTPClientError, HTTPRequest
-        from tornado.websocket import websocket_connect
+        from tornado.httputil import HTTPHeaders
+        from tornado.websocket import WebSocketClientConnection
 
+        # Every field the client reads is given (websocket_connect would fill
+        # the unset ones from private defaults): the connection is ours to
+        # close while its handshake waits.
         request = HTTPRequest(
             settings.channels_url(kernel_id),
-            headers=settings.headers(),
+            headers=HTTPHeaders(settings.headers()),
             connect_timeout=within,
             request_timeout=within,
+            follow_redirects=False,
+            max_redirects=0,
+            decompress_response=True,
+            proxy_password="",
+            allow_nonstandard_methods=False,
+            validate_cert=True,
+        )
+        conn = WebSocketClientConnection(
+            request, max_message_size=MAX_MESSAGE_BYTES, ping_interval=PING_INTERVAL
         )
         where = settings.base
         try:
-            ws = await websocket_connect(
-                request, max_message_size=MAX_MESSAGE_BYTES, ping_interval=PING_INTERVAL
-            )
+            ws = await _first(conn.connect_future, unless)
         except HTTPClientError as exc:
             if exc.code in (401, 403):
                 raise KernelError(
@@ -346,6 +396,12 @@ class GatewayChannels(RequestState):
             ) from None
         except (TimeoutError, OSError) as exc:
             raise KernelError(f"cannot reach the kernel gateway at {where}: {exc}") from None
+        except BaseException:
+            _abandon(conn)
+            raise
+        if ws is None:
+            _abandon(conn)
+            raise KernelGone(f"gateway kernel {kernel_id} was lost before it answered")
         # Each message is one write: without this a small message waits for
         # the acknowledgement of the last (Nagle's algorithm).
         with contextlib.suppress(Exception):
@@ -476,6 +532,36 @@ def _quickack(ws: WebSocketClientConnection) -> Callable[[], None]:
             sock.setsockopt(socket.IPPROTO_TCP, option, 1)
 
     return rearm
+
+
+async def _first(
+    opening: asyncio.Future[WebSocketClientConnection], unless: asyncio.Event | None
+) -> WebSocketClientConnection | None:
+    """The opened connection, or None once ``unless`` is set first."""
+    if unless is None:
+        return await opening
+    told = asyncio.ensure_future(unless.wait())
+    either: set[asyncio.Future[Any]] = {opening, told}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        told.cancel()
+    return opening.result() if opening.done() else None
+
+
+def _abandon(conn: WebSocketClientConnection) -> None:
+    """Give up a connection whose handshake is no longer wanted: its stream is
+    closed (the handshake then fails and its task ends), and should it open
+    all the same (it was still connecting), it is closed then."""
+
+    def close_late(opened: asyncio.Future[WebSocketClientConnection]) -> None:
+        if not opened.cancelled() and opened.exception() is None:
+            opened.result().close()
+
+    conn.connect_future.add_done_callback(close_late)
+    stream = getattr(conn, "stream", None)
+    if stream is not None:
+        stream.close()
 
 
 __all__ = [

@@ -10,7 +10,13 @@ and reattaches through it unchanged. What differs is where the kernel lives:
   by id (:meth:`GatewayProcess.adopt`).
 - **Start.** ``POST /api/kernels`` (the configured kernelspec), then the
   channels WebSocket, a wait until it answers, and the same bootstrap as a
-  local kernel (its Python must import recursa).
+  local kernel (its Python must import recursa). A kernel the gateway loses
+  before it answers, or that does not answer within the gateway's patience
+  (:meth:`~recursa.kernel.gateway.GatewayClient.patience`), is replaced by a
+  new one, up to :data:`START_ATTEMPTS` kernels in all: Enterprise Gateway's
+  local kernels pick their ports before they bind them, and of many started
+  at once one now and then finds its port taken and never comes up (listed as
+  starting, or restarted on the same port until the gateway drops it).
 - **Restart.** ``POST /api/kernels/<id>/restart``: the id stays, so the
   store's record of the session's kernel stays true.
 - **Death.** The WebSocket closing, or the kernel publishing ``restarting``
@@ -49,6 +55,8 @@ RECONNECT_TIMEOUT = 5.0
 CHECK_INTERVAL = 1.0
 """How often a waiter looks at a gateway kernel again (its death also wakes it)."""
 DEAD_STATES = frozenset({"restarting", "dead"})
+START_ATTEMPTS = 3
+"""Kernels one start may ask a gateway for, when it loses one before it answers."""
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +102,10 @@ class GatewayProcess(ChannelDriver):
         self.channels: GatewayChannels | None = None
         self.startup_time: float | None = None
         self._dead = ""
+        """Why the kernel is known dead or gone (empty while it is not)."""
+        self._lost = asyncio.Event()
+        self._asked = 0.0
+        """When (loop time) the gateway was asked for the kernel being started."""
         self._restart_next = False
 
     @property
@@ -122,34 +134,60 @@ class GatewayProcess(ChannelDriver):
     async def launch(self, cwd: Path) -> None:
         """Start a kernel (or, after :meth:`stop` kept it for a restart,
         restart it under the same id); return when it answers and is
-        bootstrapped. Raises :class:`KernelError`; nothing is left running then."""
+        bootstrapped. A kernel the gateway loses on the way (deleted, or dead
+        for good) is replaced, within the one startup limit. Raises
+        :class:`KernelError`; nothing is left running then."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + self.startup_timeout
         restart, self._restart_next = self._restart_next, False
-        try:
-            if restart and self.kernel_id is not None:
-                try:
-                    await self.client.restart(self.kernel_id)
-                except KernelError:
-                    # Deleted or culled by the gateway (Kernel Gateway answers a
-                    # restart of a deleted kernel with HTTP 500): a new one.
-                    if await self._exists():
-                        raise
-                    self.kernel_id = await self.client.start_kernel()
-            else:
-                self.kernel_id = await self.client.start_kernel()
-            await self._connect(deadline)
-            await self.bootstrap(deadline)
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                await self.stop(graceful=False)
-            if isinstance(exc, KernelError) or not isinstance(exc, Exception):
-                raise
-            raise KernelError(f"could not start a kernel on the gateway: {exc}") from exc
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start(restart, deadline)
+                break
+            except BaseException as exc:
+                lost = isinstance(exc, Exception) and (self._dead or isinstance(exc, KernelGone))
+                with contextlib.suppress(Exception):
+                    await self.stop(graceful=False)
+                if lost and attempt < START_ATTEMPTS and loop.time() < deadline:
+                    why = self._dead or str(exc)
+                    log.warning("a gateway kernel was lost while it started (%s); another", why)
+                    restart = False
+                    continue
+                if isinstance(exc, KernelError) or not isinstance(exc, Exception):
+                    raise
+                raise KernelError(f"could not start a kernel on the gateway: {exc}") from exc
         self.startup_time = loop.time() - began
         if self.workspace is None:
             self.workspace = cwd
+
+    async def _start(self, restart: bool, deadline: float) -> None:
+        self._dead = ""  # an earlier kernel's death was dealt with
+        if restart and self.kernel_id is not None:
+            try:
+                await self.client.restart(self.kernel_id)
+            except KernelError:
+                # Deleted or culled by the gateway (Kernel Gateway answers a
+                # restart of a deleted kernel with HTTP 500): a new one.
+                if await self._exists():
+                    raise
+                self.kernel_id = await self.client.start_kernel()
+        else:
+            self.kernel_id = await self.client.start_kernel()
+        loop = asyncio.get_running_loop()
+        self._asked = loop.time()
+        patience = self.client.patience()
+        answer_by = deadline if patience is None else min(deadline, self._asked + patience)
+        try:
+            await self._connect(answer_by)
+            await self.bootstrap(deadline, ready_by=answer_by)
+        except KernelError:
+            if not self._dead and answer_by < deadline and loop.time() >= answer_by:
+                self._dead = f"it did not answer within {patience:g} s"
+            raise
+
+    def answered(self) -> None:
+        self.client.answered(asyncio.get_running_loop().time() - self._asked)
 
     async def _exists(self) -> bool:
         assert self.kernel_id is not None
@@ -160,28 +198,36 @@ class GatewayProcess(ChannelDriver):
         return True
 
     async def _connect(self, deadline: float) -> None:
-        assert self.kernel_id is not None
+        """Open the channels, watched from the start: Enterprise Gateway holds
+        the WebSocket until the kernel answers, so a kernel that never will
+        (gone, or dead for good) is known by the watch, not by the limit."""
+        kernel_id = self.kernel_id
+        assert kernel_id is not None
         loop = asyncio.get_running_loop()
+        self._dead = ""
+        self._lost = asyncio.Event()
+        self.client.watch(kernel_id, self._gone)
         timeout = max(deadline - loop.time(), 0.1)
-        channels = await GatewayChannels.connect(self.settings, self.kernel_id, within=timeout)
+        channels = await GatewayChannels.connect(
+            self.settings, kernel_id, within=timeout, unless=self._lost
+        )
         if self.relay is not None:
             self.relay.attach(channels)
         channels.on_status = self._on_status
-        self._dead = ""
         self.channels = channels
-        self.client.watch(self.kernel_id, self._gone)
+        if self._dead:
+            channels.wake()
 
     def _gone(self, why: str) -> None:
         if not self._dead:
             self._dead = why
+            self._lost.set()
             if self.channels is not None:
                 self.channels.wake()
 
     def _on_status(self, state: str) -> None:
-        if state in DEAD_STATES and not self._dead:
-            self._dead = f"the gateway reported the kernel {state}"
-            if self.channels is not None:
-                self.channels.wake()
+        if state in DEAD_STATES:
+            self._gone(f"the gateway reported the kernel {state}")
 
     async def adopt(self, kernel_id: str, answer_within: float) -> None:
         """Take over gateway kernel ``kernel_id``, which an earlier daemon
