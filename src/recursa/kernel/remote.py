@@ -19,9 +19,10 @@ and reattaches through it unchanged. What differs is where the kernel lives:
   starting, or restarted on the same port until the gateway drops it).
 - **Restart.** ``POST /api/kernels/<id>/restart``: the id stays, so the
   store's record of the session's kernel stays true.
-- **Death.** The WebSocket closing, or the kernel publishing ``restarting``
-  or ``dead`` (the gateway restarts a kernel that died on its own: the
-  namespace is gone all the same), is a death, noticed at once.
+- **Death.** The gateway no longer listing the kernel, or the kernel
+  publishing ``dead``, or ``restarting`` once it has answered (the gateway
+  restarts a kernel that died on its own: the namespace is gone all the
+  same), is a death (:func:`means_death`).
 - **Interrupt and stop** are the gateway's ``interrupt`` and ``DELETE``.
 - **Environment.** A kernel is started with one variable of ours
   (:meth:`~recursa.kernel.gateway.GatewayClient.start_kernel` says why), so
@@ -54,7 +55,10 @@ RECONNECT_TIMEOUT = 5.0
 """Seconds to reopen the channels of a gateway kernel that is still alive."""
 CHECK_INTERVAL = 1.0
 """How often a waiter looks at a gateway kernel again (its death also wakes it)."""
-DEAD_STATES = frozenset({"restarting", "dead"})
+DELETE_ATTEMPTS = 3
+DELETE_RETRY = 1.0
+"""Seconds between two DELETEs of a kernel the gateway failed to stop (one
+in the middle of a restart answers HTTP 500)."""
 START_ATTEMPTS = 3
 """Kernels one start may ask a gateway for, when it loses one before it answers."""
 
@@ -63,6 +67,15 @@ log = logging.getLogger(__name__)
 
 GATEWAY_PREFIX = "gateway:"
 """What the store's connection file of a gateway kernel starts with (then its id)."""
+
+
+def means_death(state: str, *, starting: bool) -> bool:
+    """Whether a kernel publishing ``execution_state`` ``state`` died: ``dead``
+    always, ``restarting`` (the gateway restarts a kernel that died on its own,
+    and the namespace is gone all the same) only once the kernel answered.
+    Before, the gateway is still bringing it up: a manual restart's process
+    that could not bind the ports its predecessor held is restarted so."""
+    return state == "dead" or (state == "restarting" and not starting)
 
 
 def is_gateway_kernel(connection_file: Path | str) -> bool:
@@ -105,6 +118,8 @@ class GatewayProcess(ChannelDriver):
         """Why the kernel is known dead or gone (empty while it is not)."""
         self._lost = asyncio.Event()
         self._asked = 0.0
+        self._starting = False
+        """A kernel is being started, and has not answered yet."""
         """When (loop time) the gateway was asked for the kernel being started."""
         self._restart_next = False
 
@@ -143,7 +158,7 @@ class GatewayProcess(ChannelDriver):
         restart, self._restart_next = self._restart_next, False
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                await self._start(restart, deadline)
+                await self._start(restart, deadline, last=attempt == START_ATTEMPTS)
                 break
             except BaseException as exc:
                 lost = isinstance(exc, Exception) and (self._dead or isinstance(exc, KernelGone))
@@ -161,7 +176,7 @@ class GatewayProcess(ChannelDriver):
         if self.workspace is None:
             self.workspace = cwd
 
-    async def _start(self, restart: bool, deadline: float) -> None:
+    async def _start(self, restart: bool, deadline: float, *, last: bool) -> None:
         self._dead = ""  # an earlier kernel's death was dealt with
         if restart and self.kernel_id is not None:
             try:
@@ -176,7 +191,8 @@ class GatewayProcess(ChannelDriver):
             self.kernel_id = await self.client.start_kernel()
         loop = asyncio.get_running_loop()
         self._asked = loop.time()
-        patience = self.client.patience()
+        self._starting = True
+        patience = None if last else self.client.patience()
         answer_by = deadline if patience is None else min(deadline, self._asked + patience)
         try:
             await self._connect(answer_by)
@@ -187,6 +203,7 @@ class GatewayProcess(ChannelDriver):
             raise
 
     def answered(self) -> None:
+        self._starting = False
         self.client.answered(asyncio.get_running_loop().time() - self._asked)
 
     async def _exists(self) -> bool:
@@ -226,7 +243,7 @@ class GatewayProcess(ChannelDriver):
                 self.channels.wake()
 
     def _on_status(self, state: str) -> None:
-        if state in DEAD_STATES:
+        if means_death(state, starting=self._starting):
             self._gone(f"the gateway reported the kernel {state}")
 
     async def adopt(self, kernel_id: str, answer_within: float) -> None:
@@ -321,10 +338,16 @@ class GatewayProcess(ChannelDriver):
             self._restart_next = True
             return
         kernel_id, self.kernel_id = self.kernel_id, None
-        try:
-            await self.client.delete(kernel_id)
-        except KernelError as exc:
-            log.warning("could not stop gateway kernel %s: %s", kernel_id, exc)
+        self._starting = False
+        for attempt in range(1, DELETE_ATTEMPTS + 1):
+            try:
+                await self.client.delete(kernel_id)
+                return
+            except KernelError as exc:
+                if attempt == DELETE_ATTEMPTS:
+                    log.warning("could not stop gateway kernel %s: %s", kernel_id, exc)
+                    return
+            await asyncio.sleep(DELETE_RETRY)
 
     # -- exit ---------------------------------------------------------------------------
 
@@ -342,4 +365,4 @@ class GatewayProcess(ChannelDriver):
         return "exit status unknown"
 
 
-__all__ = ["GATEWAY_PREFIX", "GatewayProcess", "is_gateway_kernel"]
+__all__ = ["GATEWAY_PREFIX", "GatewayProcess", "is_gateway_kernel", "means_death"]
