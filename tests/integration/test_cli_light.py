@@ -22,6 +22,9 @@ from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 PROBE = """
 import json, sys
 from recursa.cli import main
+if sys.argv[1] == "--full":  # the Typer path, past the quick one
+    from recursa.cli.root import main
+    del sys.argv[1]
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
@@ -141,6 +144,55 @@ def test_agents_usage_and_logs_load_no_heavy_module(
     out, modules = probe(["logs", session], env, tmp_path)
     assert "print(6 * 7)" in out and "forty-two" in out
     assert heavy(modules, "logs") == []
+
+
+QUICK_NEEDS_NOT = (
+    "typer",
+    "click",
+    "pydantic",
+    "asyncio",
+    "recursa.cli.root",
+    "recursa.cli.sessions",
+    "recursa.daemon.client",
+    "recursa.protocol.wire",
+)
+
+
+def test_agents_is_answered_without_typer_pydantic_or_asyncio_as_the_full_path_would(
+    session: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    table, modules = probe(["agents"], env, tmp_path)
+    assert [m for m in modules if m.split(".")[0] in QUICK_NEEDS_NOT or m in QUICK_NEEDS_NOT] == []
+    assert "recursa.daemon.peek" in modules
+    listed, modules = probe(["agents", "--json"], env, tmp_path)
+    assert "pydantic" not in modules
+
+    full_table, modules = probe(["--full", "agents"], env, tmp_path)
+    assert "recursa.cli.sessions" in modules and "pydantic" in modules
+    full_listed, _ = probe(["--full", "agents", "--json"], env, tmp_path)
+    assert json.loads(listed) == json.loads(full_listed)
+    assert [i["id"] for i in json.loads(listed)] == [session]
+
+    def without_age(text: str) -> list[str]:  # the last column, "Ns ago", may tick
+        return [line.rsplit(None, 2)[0] for line in text.splitlines()]
+
+    assert session in table and without_age(table) == without_age(full_table)
+
+
+def test_agents_falls_back_to_the_full_path_for_what_it_cannot_answer(
+    session: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    home = Path(env["RECURSA_HOME"])
+    token = home / "daemon.token"
+    kept = token.read_text()
+    token.write_text("not-the-token")  # refused: the full path says so, in one line
+    refused = recursa(["agents"], env, tmp_path)
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    token.write_text(kept)
+    assert recursa(["daemon", "stop"], env, tmp_path).returncode == 0
+    restarted = recursa(["agents"], env, tmp_path)  # no daemon: the full path starts one
+    assert restarted.returncode == 0 and session in restarted.stdout, restarted.stderr
 
 
 def test_the_check_sees_a_heavy_module(env: dict[str, str], tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx2', 'recursa', 
 REGISTRATIONS = """
 import importlib, json
 import typer.main
-from recursa.cli import app
+from recursa.cli.root import app
 from recursa.cli.commands import COMMANDS
 
 seen, out = set(), {}

@@ -6,7 +6,7 @@ every call their imports. So the root group is a :class:`LazyGroup`: it
 knows every top-level command from :data:`COMMANDS` (name → module and
 one-line help), imports a command's module when the command is run (or its
 own ``--help`` is asked), and builds the click command from what that module
-registered on :data:`recursa.cli.app` with the ordinary Typer decorators.
+registered on :data:`recursa.cli.root.app` with the ordinary Typer decorators.
 ``recursa --help`` lists :data:`COMMANDS` without importing any of them.
 
 Why a table and not discovery: discovering the commands means importing
@@ -36,7 +36,7 @@ class Entry:
     """Where a top-level command is registered, and what ``--help`` says of it."""
 
     module: str
-    """The module whose import registers the command on ``recursa.cli.app``."""
+    """The module whose import registers the command on ``recursa.cli.root.app``."""
     help: str
     """The first paragraph of the command's help, on one line."""
 
@@ -167,10 +167,10 @@ class LazyGroup(TyperGroup):
 
 
 def _load(name: str, entry: Entry) -> click.Command:
-    """The command ``name`` as its module registers it on ``recursa.cli.app``."""
+    """The command ``name`` as its module registers it on ``recursa.cli.root.app``."""
     import typer.main
 
-    from recursa.cli import app
+    from recursa.cli.root import app
 
     importlib.import_module(entry.module)
     for info in app.registered_commands:

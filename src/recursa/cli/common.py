@@ -4,17 +4,14 @@ for one command, JSON out, and a listing's output."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from recursa.cli.tables import Col, Row, print_table
+from recursa.cli.tables import dump, print_listing
 from recursa.errors import UsageError
 from recursa.protocol.fields import MAX_NAME_CHARS
-from recursa.protocol.wire import to_json
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
@@ -63,28 +60,6 @@ def with_client(work: Callable[[DaemonClient], Awaitable[T]]) -> T:
             return await work(client)
 
     return asyncio.run(go())
-
-
-def dump(value: object) -> None:
-    """One JSON document on stdout."""
-    print(json.dumps(value, ensure_ascii=False))
-
-
-def print_listing(
-    items: Sequence[object],
-    json_out: bool,
-    empty: str,
-    columns: Sequence[Col],
-    rows: Iterable[Row | Sequence[str]],
-) -> None:
-    """A listing: the items as a JSON list with ``json_out``, else ``empty`` on
-    stderr when there are none, else the table of ``rows`` (read only then)."""
-    if json_out:
-        dump([to_json(item) for item in items])
-    elif not items:
-        print(empty, file=sys.stderr)
-    else:
-        print_table(columns, rows)
 
 
 def typed_text(text: str) -> str:

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.common import ForceOpt
 from recursa.cli.exits import EXIT_FAILED
+from recursa.cli.root import app
 from recursa.environ import home_dir
 from recursa.protocol.wire import DaemonStatus, to_json
 

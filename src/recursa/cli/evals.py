@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.exits import EXIT_INTERRUPTED, EXIT_OK
+from recursa.cli.root import app
 from recursa.errors import UsageError
 
 if TYPE_CHECKING:

@@ -16,11 +16,11 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.common import JsonOpt, SessionArg, print_listing, reference
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
 from recursa.cli.render import printable
+from recursa.cli.root import app
 from recursa.cli.tables import Col, print_table
 from recursa.errors import UsageError
 from recursa.protocol import person_ops as ops

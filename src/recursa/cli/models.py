@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from recursa.cli import app
+from recursa.cli.root import app
 from recursa.cli.tables import Col, print_table
 from recursa.config import load_config
 from recursa.errors import ModelUnavailable

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from recursa.cli import app
 from recursa.cli import autonomous as autonomous_run
 from recursa.cli.autonomous import EXIT_BY_REASON
 from recursa.cli.common import typed_text
@@ -40,6 +39,7 @@ from recursa.cli.render import (
     result_line,
     usage_line,
 )
+from recursa.cli.root import app
 from recursa.cli.terminal import printable
 from recursa.environ import color_enabled
 from recursa.errors import UsageError

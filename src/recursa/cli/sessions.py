@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.common import SessionArg, print_listing, typed_text, with_client
 from recursa.cli.context_files import ContextFileOpt, read_context_files
+from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, branch
+from recursa.cli.root import app
 from recursa.cli.spend import cost_text, usage_dict, usage_line
 from recursa.cli.tables import Col, Row, print_table
 from recursa.cli.terminal import printable
 from recursa.environ import color_enabled
-from recursa.protocol.wire import SendMessage, SendMode, SessionInfo, Usage, UsageNode
+from recursa.protocol.wire import SendMessage, SendMode, Usage, UsageNode
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
@@ -41,61 +42,8 @@ def agents(
 ) -> None:
     """The session tree: status, model, usage and last activity of every session."""
     infos = with_client(lambda client: client.sessions())
-    now = time.time()
-    rows = (
-        (
-            _branch(depth) + info.id,
-            info.name or "",
-            info.status,
-            info.model,
-            f"{info.usage.input_tokens:,}/{info.usage.output_tokens:,}",
-            cost_text(info.usage),
-            _ago(now - info.last_activity),
-        )
-        for depth, info in _tree(infos)
-    )
-    print_listing(infos, json_out, "no sessions yet: recursa run TASK", AGENT_COLUMNS, rows)
-
-
-AGENT_COLUMNS = (
-    Col("SESSION"),
-    Col("NAME", flex=True),
-    Col("STATUS"),
-    Col("MODEL", flex=True),
-    Col("TOKENS IN/OUT", right=True),
-    Col("COST"),
-    Col("ACTIVE"),
-)
-
-
-def _branch(depth: int) -> str:
-    """The tree's indent before a session's id: a child sits under its parent."""
-    return "  " * (depth - 1) + "└ " if depth else ""
-
-
-def _tree(infos: list[SessionInfo]) -> list[tuple[int, SessionInfo]]:
-    """Roots oldest first, each followed by its descendants, with their depth."""
-    children: dict[str | None, list[SessionInfo]] = {}
-    known = {i.id for i in infos}
-    for info in sorted(infos, key=lambda i: i.created_at):
-        parent = info.parent_id if info.parent_id in known else None
-        children.setdefault(parent, []).append(info)
-    out: list[tuple[int, SessionInfo]] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for info in children.get(parent, []):
-            out.append((depth, info))
-            walk(info.id, depth + 1)
-
-    walk(None, 0)
-    return out
-
-
-def _ago(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit} ago"
-    return f"{max(0, int(seconds))}s ago"
+    rows = agent_rows(infos, time.time())
+    print_listing(infos, json_out, NO_SESSIONS, AGENT_COLUMNS, rows)
 
 
 @app.command()
@@ -293,7 +241,7 @@ def _usage_cells(totals: Usage) -> tuple[str, ...]:
 def _usage_rows(node: UsageNode, depth: int) -> list[Row]:
     """The node's own usage, its descendants', then (when it has sub-agents) a
     subtotal row: the node and its whole subtree."""
-    rows = [Row((_branch(depth) + node.id, node.name or "", *_usage_cells(node.own)))]
+    rows = [Row((branch(depth) + node.id, node.name or "", *_usage_cells(node.own)))]
     for child in node.children:
         rows.extend(_usage_rows(child, depth + 1))
     if node.children:

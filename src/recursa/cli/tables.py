@@ -16,6 +16,7 @@ would cost every listing command more than the rest of its work.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import unicodedata
@@ -154,13 +155,44 @@ def flex_widths(columns: Sequence[Col], natural: Sequence[int], room: int) -> li
     return caps
 
 
+def dump(value: object) -> None:
+    """One JSON document on stdout."""
+    print(json.dumps(value, ensure_ascii=False))
+
+
+def print_listing(
+    items: Sequence[object],
+    json_out: bool,
+    empty: str,
+    columns: Sequence[Col],
+    rows: Iterable[Row | Sequence[str]],
+) -> None:
+    """A listing: the items as a JSON list with ``json_out`` (wire values, or
+    the daemon's JSON objects as they came), else ``empty`` on stderr when
+    there are none, else the table of ``rows`` (read only then)."""
+    if json_out:
+        dump([item if isinstance(item, dict) else _to_json(item) for item in items])
+    elif not items:
+        print(empty, file=sys.stderr)
+    else:
+        print_table(columns, rows)
+
+
+def _to_json(value: object) -> object:
+    from recursa.protocol.wire import to_json
+
+    return to_json(value)
+
+
 __all__ = [
     "Col",
     "Row",
     "cell_len",
     "cell_text",
+    "dump",
     "fit",
     "flex_widths",
+    "print_listing",
     "print_table",
     "terminal_width",
 ]

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.common import reference, with_client
+from recursa.cli.root import app
 
 
 @app.command()

@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 import typer
 
-from recursa.cli import app
 from recursa.cli.common import reference
+from recursa.cli.root import app
 from recursa.config import environment, load_config
 
 

@@ -14,6 +14,8 @@ from typing import Literal
 PROTOCOL_VERSION = 1
 """Bumped when a field is removed or renamed or a meaning changes (see
 :mod:`recursa.protocol.events`)."""
+API_PREFIX = "/v1"
+"""Where the daemon's HTTP API begins."""
 
 SessionStatus = Literal["admitted", "running", "idle", "inactive", "deleted"]
 """admitted → running ⇄ idle → inactive → idle; ``deleted`` is a tombstone (history kept)."""

@@ -33,7 +33,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, Valida
 from pydantic_core import PydanticSerializationError
 from pydantic_core import to_json as to_json_bytes
 
-from recursa.protocol.common import PROTOCOL_VERSION, SessionStatus
+from recursa.protocol.common import API_PREFIX, PROTOCOL_VERSION, SessionStatus
 from recursa.protocol.fields import (
     MAX_ITEMS,
     Cost,
@@ -72,7 +72,6 @@ EditOp = Literal["create", "update", "delete", "rollback"]
 
 HEADER_CLIENT = "Recursa-Client"
 HEADER_COMMAND = "Recursa-Command"
-API_PREFIX = "/v1"
 KERNEL_COMM_ID = "recursa.api"
 """The comm id of the kernel API over a kernel's own Jupyter channels: a kernel's
 requests are ``comm_msg`` on iopub with it, the daemon's replies ``comm_msg`` on
