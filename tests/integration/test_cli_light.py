@@ -158,7 +158,7 @@ QUICK_NEEDS_NOT = (
 )
 
 
-def test_agents_is_answered_without_typer_pydantic_or_asyncio_as_the_full_path_would(
+def test_agents_and_usage_are_answered_without_typer_pydantic_or_asyncio_as_the_full_path_would(
     session: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     table, modules = probe(["agents"], env, tmp_path)
@@ -178,8 +178,18 @@ def test_agents_is_answered_without_typer_pydantic_or_asyncio_as_the_full_path_w
 
     assert session in table and without_age(table) == without_age(full_table)
 
+    usage, modules = probe(["usage", session], env, tmp_path)
+    assert "pydantic" not in modules and "recursa.cli.root" not in modules
+    assert usage == probe(["--full", "usage", session], env, tmp_path)[0] and session in usage
+    usage_json, modules = probe(["usage", "--json", session], env, tmp_path)
+    assert "pydantic" not in modules
+    assert json.loads(usage_json) == json.loads(
+        probe(["--full", "usage", session, "--json"], env, tmp_path)[0]
+    )
+    assert json.loads(usage_json)["session"]["own"]["calls"] == 2
 
-def test_agents_falls_back_to_the_full_path_for_what_it_cannot_answer(
+
+def test_the_quick_path_leaves_to_the_full_path_what_it_cannot_answer(
     session: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     home = Path(env["RECURSA_HOME"])
@@ -193,6 +203,9 @@ def test_agents_falls_back_to_the_full_path_for_what_it_cannot_answer(
     assert recursa(["daemon", "stop"], env, tmp_path).returncode == 0
     restarted = recursa(["agents"], env, tmp_path)  # no daemon: the full path starts one
     assert restarted.returncode == 0 and session in restarted.stdout, restarted.stderr
+    unknown = recursa(["usage", "s-no-such-session"], env, tmp_path)  # a 404: the full path's error
+    assert unknown.returncode != 0 and unknown.stdout == ""
+    assert "s-no-such-session" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
 
 
 def test_the_check_sees_a_heavy_module(env: dict[str, str], tmp_path: Path) -> None:

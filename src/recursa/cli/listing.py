@@ -1,20 +1,22 @@
-"""``recursa agents``'s listing: the session tree as rows of a table.
+"""The listings of ``recursa agents`` (the session tree) and ``recursa usage``
+(a session's usage tree), as tables and JSON.
 
-Apart from :mod:`recursa.cli.sessions` (the command), because the quick path
-(:mod:`recursa.cli.quick`) prints the same rows from the daemon's JSON without
-building the wire types: rows are made from anything with a session's fields.
+Apart from :mod:`recursa.cli.sessions` (the commands), because the quick path
+(:mod:`recursa.cli.quick`) prints the same from the daemon's JSON without
+building the wire types: rows are made from anything with the fields.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from recursa.cli.spend import cost_text
-from recursa.cli.tables import Col
+from recursa.cli.spend import cost_text, usage_dict
+from recursa.cli.tables import Col, Row, print_table
 
 if TYPE_CHECKING:
-    from recursa.protocol.wire import SessionInfo
+    from recursa.protocol.wire import SessionInfo, Usage, UsageNode
 
 NO_SESSIONS = "no sessions yet: recursa run TASK"
 AGENT_COLUMNS = (
@@ -72,4 +74,55 @@ def _ago(seconds: float) -> str:
     return f"{max(0, int(seconds))}s ago"
 
 
-__all__ = ["AGENT_COLUMNS", "NO_SESSIONS", "agent_rows", "branch"]
+USAGE_COLUMNS = (
+    Col("SESSION"),
+    Col("NAME", flex=True),
+    Col("CALLS", right=True),
+    Col("IN", right=True),
+    Col("CACHED", right=True),
+    Col("OUT", right=True),
+    Col("COST"),
+)
+
+
+def print_usage(node: UsageNode, json_out: bool) -> None:
+    """A session's usage tree: a table, or one JSON object with ``json_out``."""
+    if json_out:
+        print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
+    else:
+        print_table(USAGE_COLUMNS, usage_rows(node, 0))
+
+
+def _usage_cells(totals: Usage) -> tuple[str, ...]:
+    return (
+        str(totals.calls),
+        f"{totals.input_tokens:,}",
+        f"{totals.cached_tokens:,}",
+        f"{totals.output_tokens:,}",
+        cost_text(totals),
+    )
+
+
+def usage_rows(node: UsageNode, depth: int) -> list[Row]:
+    """The node's own usage, its descendants', then (when it has sub-agents) a
+    subtotal row: the node and its whole subtree."""
+    rows = [Row((branch(depth) + node.id, node.name or "", *_usage_cells(node.own)))]
+    for child in node.children:
+        rows.extend(usage_rows(child, depth + 1))
+    if node.children:
+        label = "  " * depth + "= with sub-agents"
+        rows.append(Row((label, "", *_usage_cells(node.total)), quiet=True))
+    return rows
+
+
+def _usage_json(node: UsageNode) -> dict[str, object]:
+    return {
+        "id": node.id,
+        "name": node.name,
+        "own": usage_dict(node.own),
+        "total": usage_dict(node.total),
+        "children": [_usage_json(child) for child in node.children],
+    }
+
+
+__all__ = ["AGENT_COLUMNS", "NO_SESSIONS", "agent_rows", "branch", "print_usage", "usage_rows"]

@@ -1,5 +1,5 @@
 """Calls that only read from a running daemon, answered without the full
-command line: ``recursa agents`` and ``recursa agents --json``.
+command line: ``recursa agents [--json]`` and ``recursa usage SESSION [--json]``.
 
 Most of a CLI call's time is imports (typer, pydantic for the wire types,
 asyncio for the client); a listing needs none of them. Here a call makes one
@@ -16,28 +16,41 @@ path then prints nothing and :func:`answer` returns None.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows
+from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, print_usage
 from recursa.cli.tables import print_listing
 from recursa.daemon import peek
+
+REFERENCE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,199}")
+"""A session reference the quick path sends as it is (ids, and plain names);
+any other (text to quote or to refuse) is the full path's."""
 
 
 def answer(argv: Sequence[str]) -> int | None:
     """The exit code of a call answered here, or None when the full command
     line is to answer it (then nothing was printed)."""
-    if list(argv) not in (["agents"], ["agents", "--json"]):
+    words = [a for a in argv if a != "--json"]
+    json_out = len(words) < len(argv)
+    if len(argv) - len(words) > 1:
         return None
+    if words == ["agents"]:
+        return _agents(json_out)
+    if len(words) == 2 and words[0] == "usage" and REFERENCE.fullmatch(words[1]):
+        return _usage(words[1], json_out)
+    return None
+
+
+def _agents(json_out: bool) -> int | None:
     body = peek.get("/sessions")
     if body is None:
         return None
-    json_out = "--json" in argv
     try:
-        hook = None if json_out else (lambda fields: SimpleNamespace(**fields))
-        items: Any = json.loads(body, object_hook=hook)
+        items: Any = json.loads(body, object_hook=None if json_out else _namespace)
         if not isinstance(items, list):
             return None
         rows = [] if json_out else list(agent_rows(items, time.time()))
@@ -45,6 +58,21 @@ def answer(argv: Sequence[str]) -> int | None:
         return None  # not this version's reply: the full path says what is wrong
     print_listing(items, json_out, NO_SESSIONS, AGENT_COLUMNS, rows)
     return 0
+
+
+def _usage(ref: str, json_out: bool) -> int | None:
+    body = peek.get(f"/sessions/{ref}/usage")  # no such session: the full path says so
+    if body is None:
+        return None
+    try:
+        print_usage(json.loads(body, object_hook=_namespace), json_out)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return 0
+
+
+def _namespace(fields: dict[str, Any]) -> SimpleNamespace:
+    return SimpleNamespace(**fields)
 
 
 __all__ = ["answer"]

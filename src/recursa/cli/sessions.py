@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -18,13 +17,12 @@ import typer
 
 from recursa.cli.common import SessionArg, print_listing, typed_text, with_client
 from recursa.cli.context_files import ContextFileOpt, read_context_files
-from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, branch
+from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, print_usage
 from recursa.cli.root import app
-from recursa.cli.spend import cost_text, usage_dict, usage_line
-from recursa.cli.tables import Col, Row, print_table
+from recursa.cli.spend import usage_line
 from recursa.cli.terminal import printable
 from recursa.environ import color_enabled
-from recursa.protocol.wire import SendMessage, SendMode, Usage, UsageNode
+from recursa.protocol.wire import SendMessage, SendMode
 
 if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
@@ -210,51 +208,4 @@ def usage(
     json_out: Annotated[bool, typer.Option("--json", help="The tree as JSON.")] = False,
 ) -> None:
     """Tokens and cost of a session and of its whole tree of sub-agents."""
-    node = with_client(lambda client: client.usage(session))
-    if json_out:
-        print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
-        return
-    print_table(USAGE_COLUMNS, _usage_rows(node, 0))
-
-
-USAGE_COLUMNS = (
-    Col("SESSION"),
-    Col("NAME", flex=True),
-    Col("CALLS", right=True),
-    Col("IN", right=True),
-    Col("CACHED", right=True),
-    Col("OUT", right=True),
-    Col("COST"),
-)
-
-
-def _usage_cells(totals: Usage) -> tuple[str, ...]:
-    return (
-        str(totals.calls),
-        f"{totals.input_tokens:,}",
-        f"{totals.cached_tokens:,}",
-        f"{totals.output_tokens:,}",
-        cost_text(totals),
-    )
-
-
-def _usage_rows(node: UsageNode, depth: int) -> list[Row]:
-    """The node's own usage, its descendants', then (when it has sub-agents) a
-    subtotal row: the node and its whole subtree."""
-    rows = [Row((branch(depth) + node.id, node.name or "", *_usage_cells(node.own)))]
-    for child in node.children:
-        rows.extend(_usage_rows(child, depth + 1))
-    if node.children:
-        label = "  " * depth + "= with sub-agents"
-        rows.append(Row((label, "", *_usage_cells(node.total)), quiet=True))
-    return rows
-
-
-def _usage_json(node: UsageNode) -> dict[str, object]:
-    return {
-        "id": node.id,
-        "name": node.name,
-        "own": usage_dict(node.own),
-        "total": usage_dict(node.total),
-        "children": [_usage_json(child) for child in node.children],
-    }
+    print_usage(with_client(lambda client: client.usage(session)), json_out)
