@@ -193,6 +193,14 @@ def test_the_quick_path_leaves_to_the_full_path_what_it_cannot_answer(
     session: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     home = Path(env["RECURSA_HOME"])
+    state_file = home / "daemon.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "version": "0.0.0-another"}))
+    other, modules = probe(["agents"], env, tmp_path)  # another version's daemon: the full path
+    assert "recursa.cli.root" in modules and other.count(session) == 1
+    state_file.write_text(json.dumps(state))
+    misplaced = recursa(["--json", "agents"], env, tmp_path)  # Typer's usage error, as ever
+    assert misplaced.returncode == 2 and misplaced.stdout == ""
     token = home / "daemon.token"
     kept = token.read_text()
     token.write_text("not-the-token")  # refused: the full path says so, in one line

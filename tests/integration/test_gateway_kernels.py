@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -223,7 +224,7 @@ async def test_a_kernel_that_is_lost_or_never_answers_while_it_starts_is_replace
         reading = asyncio.ensure_future(asyncio.to_thread(told.read_text))
         with caplog.at_level(logging.WARNING, "recursa.kernel.remote"):
             await given_up.start()
-        assert f"lost while it started (it did not answer within {patience:g} s)" in caplog.text
+        assert re.search(r"lost while it started \(it did not answer within \d+ s\)", caplog.text)
         [never, kept] = [started.get_nowait(), started.get_nowait()]
         assert await reading == "stalled" and given_up.kernel_id == kept != never
         assert never not in {k["id"] for k in gateway.kernels()}

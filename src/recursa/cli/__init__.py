@@ -14,7 +14,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and exit (see :func:`recursa.cli.root.main`)."""
+    """Run the CLI and exit: the quick path's answer, else
+    :func:`recursa.cli.root.main`'s (after the streams are set to print lone
+    surrogates as escapes, for both)."""
     for stream in (sys.stdout, sys.stderr):
         # Text from models and cells may carry lone surrogates (undecodable bytes);
         # print them as escapes rather than fail.
@@ -22,8 +24,12 @@ def main(argv: list[str] | None = None) -> None:
             stream.reconfigure(errors="backslashreplace")
     from recursa.cli.quick import answer
 
-    args = sys.argv[1:] if argv is None else argv
-    code = answer(args)
+    try:
+        code = answer(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        from recursa.cli.exits import EXIT_INTERRUPTED
+
+        sys.exit(EXIT_INTERRUPTED)
     if code is not None:
         sys.exit(code)
     from recursa.cli.root import main as run

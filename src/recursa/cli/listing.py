@@ -88,7 +88,7 @@ USAGE_COLUMNS = (
 def print_usage(node: UsageNode, json_out: bool) -> None:
     """A session's usage tree: a table, or one JSON object with ``json_out``."""
     if json_out:
-        print(json.dumps({"session": _usage_json(node)}, ensure_ascii=False))
+        print(json.dumps({"session": usage_json(node)}, ensure_ascii=False))
     else:
         print_table(USAGE_COLUMNS, usage_rows(node, 0))
 
@@ -115,14 +115,23 @@ def usage_rows(node: UsageNode, depth: int) -> list[Row]:
     return rows
 
 
-def _usage_json(node: UsageNode) -> dict[str, object]:
+def usage_json(node: UsageNode) -> dict[str, object]:
     return {
         "id": node.id,
         "name": node.name,
         "own": usage_dict(node.own),
         "total": usage_dict(node.total),
-        "children": [_usage_json(child) for child in node.children],
+        "children": [usage_json(child) for child in node.children],
     }
 
 
-__all__ = ["AGENT_COLUMNS", "NO_SESSIONS", "agent_rows", "branch", "print_usage", "usage_rows"]
+__all__ = [
+    "AGENT_COLUMNS",
+    "NO_SESSIONS",
+    "USAGE_COLUMNS",
+    "agent_rows",
+    "branch",
+    "print_usage",
+    "usage_json",
+    "usage_rows",
+]

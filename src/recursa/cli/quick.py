@@ -16,14 +16,24 @@ path then prints nothing and :func:`answer` returns None.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, print_usage
-from recursa.cli.tables import print_listing
+from recursa.cli.exits import EXIT_FAILED
+from recursa.cli.listing import (
+    AGENT_COLUMNS,
+    NO_SESSIONS,
+    USAGE_COLUMNS,
+    agent_rows,
+    usage_json,
+    usage_rows,
+)
+from recursa.cli.tables import print_listing, print_table
 from recursa.daemon import peek
 
 REFERENCE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,199}")
@@ -36,39 +46,57 @@ def answer(argv: Sequence[str]) -> int | None:
     line is to answer it (then nothing was printed)."""
     words = [a for a in argv if a != "--json"]
     json_out = len(words) < len(argv)
-    if len(argv) - len(words) > 1:
+    if len(argv) - len(words) > 1 or not argv or argv[0] != words[0]:
         return None
     if words == ["agents"]:
-        return _agents(json_out)
-    if len(words) == 2 and words[0] == "usage" and REFERENCE.fullmatch(words[1]):
-        return _usage(words[1], json_out)
-    return None
+        show = _agents(json_out)
+    elif len(words) == 2 and words[0] == "usage" and REFERENCE.fullmatch(words[1]):
+        show = _usage(words[1], json_out)
+    else:
+        return None
+    if show is None:
+        return None
+    try:
+        show()
+    except BrokenPipeError:  # a reader that stopped (| head): no more output
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    return 0
 
 
-def _agents(json_out: bool) -> int | None:
+def _agents(json_out: bool) -> Callable[[], None] | None:
+    """What prints the session tree, all of it worked out (nothing printed
+    yet), or None for the full path."""
     body = peek.get("/sessions")
     if body is None:
         return None
     try:
         items: Any = json.loads(body, object_hook=None if json_out else _namespace)
-        if not isinstance(items, list):
+        if not isinstance(items, list) or (
+            json_out and not all(isinstance(item, dict) for item in items)
+        ):
             return None
         rows = [] if json_out else list(agent_rows(items, time.time()))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return None  # not this version's reply: the full path says what is wrong
-    print_listing(items, json_out, NO_SESSIONS, AGENT_COLUMNS, rows)
-    return 0
+    return lambda: print_listing(items, json_out, NO_SESSIONS, AGENT_COLUMNS, rows)
 
 
-def _usage(ref: str, json_out: bool) -> int | None:
-    body = peek.get(f"/sessions/{ref}/usage")  # no such session: the full path says so
+def _usage(ref: str, json_out: bool) -> Callable[[], None] | None:
+    """What prints a session's usage tree, worked out, or None (no such
+    session, among others: the full path says so)."""
+    body = peek.get(f"/sessions/{ref}/usage")
     if body is None:
         return None
     try:
-        print_usage(json.loads(body, object_hook=_namespace), json_out)
-    except (ValueError, TypeError, AttributeError):
+        node = json.loads(body, object_hook=_namespace)
+        if json_out:
+            text = json.dumps({"session": usage_json(node)}, ensure_ascii=False)
+            return lambda: print(text)
+        rows = usage_rows(node, 0)
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return None
-    return 0
+    return lambda: print_table(USAGE_COLUMNS, rows)
 
 
 def _namespace(fields: dict[str, Any]) -> SimpleNamespace:

@@ -4,19 +4,24 @@ otherwise spend most of their time importing :mod:`recursa.daemon.client`'s
 asyncio, pydantic and transport.
 
 It never starts a daemon, resends, or explains a failure: any answer but a
-200 from a daemon of this protocol is None, and the caller's full path (the
-real client) takes over, with its recoveries and its one-line errors.
+200 from a daemon of this version is None, and the caller's full path (the
+real client) takes over, with its recoveries and its one-line errors. So is a
+home the full path would refuse (one others may write to, where a planted
+state file could point the token at their socket), or a socket not at its
+usual place in the home.
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 
+from recursa import __version__
 from recursa.daemon.harden import harden_process
-from recursa.daemon.paths import DaemonPaths, read_state, read_token
+from recursa.daemon.paths import DaemonPaths, check_home, read_state, read_token
 from recursa.environ import home_dir
-from recursa.errors import DaemonError
+from recursa.errors import RecursaError
 from recursa.protocol.common import API_PREFIX, PROTOCOL_VERSION
 
 TIMEOUT = 5.0
@@ -29,19 +34,31 @@ def get(path: str) -> bytes | None:
     reads the daemon's token."""
     harden_process()
     paths = DaemonPaths.for_home(home_dir())
+    if paths.socket.parent != paths.home:
+        return None
     try:
+        check_home(paths.home)
         token = read_token(paths)
-    except DaemonError:
+    except RecursaError:
         return None
     state = read_state(paths)
-    if token is None or state is None or state.protocol != PROTOCOL_VERSION:
+    if (
+        token is None
+        or state is None
+        or (state.protocol, state.version) != (PROTOCOL_VERSION, __version__)
+        or state.socket != os.fspath(paths.socket)
+    ):
         return None
     connection = _UnixConnection(state.socket)
     try:
         connection.request("GET", API_PREFIX + path, headers={"authorization": f"Bearer {token}"})
         response = connection.getresponse()
         body = response.read()
-    except (OSError, http.client.HTTPException):
+    except (
+        OSError,
+        ValueError,
+        http.client.HTTPException,
+    ):  # ValueError: a token unfit for a header
         return None
     finally:
         connection.close()

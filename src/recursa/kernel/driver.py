@@ -115,11 +115,10 @@ class ChannelDriver:
                     raise KernelError(f"the kernel was not ready within {limit}{self.log_tail()}")
                 await channels.wait(min(next_probe, deadline, self.next_check(now)))
 
-    async def bootstrap(self, deadline: float, *, ready_by: float | None = None) -> None:
-        """Wait until a fresh process is ready (by ``ready_by``, else
-        ``deadline``), then make it recursa's (and, with a relay, switch its
-        kernel API to its own channels)."""
-        await self.wait_ready(deadline if ready_by is None else ready_by)
+    async def bootstrap(self, deadline: float) -> None:
+        """Wait until a fresh process is ready, then make it recursa's (and,
+        with a relay, switch its kernel API to its own channels)."""
+        await self.wait_ready(deadline)
         self.answered()
         code = BOOTSTRAP if self.relay is None else f"{BOOTSTRAP}\n{USE_COMM}"
         await self.silent(code, deadline=deadline)

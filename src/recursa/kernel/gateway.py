@@ -105,6 +105,15 @@ class KernelGone(KernelError):
     """The gateway has no kernel of that id (it was deleted, or culled)."""
 
 
+class GatewayFailed(KernelError):
+    """The gateway answered a request with an error ``status`` (not a refused
+    token, not a missing kernel): a 5xx may pass (a kernel mid-restart)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class GatewayClient:
     """The gateway's REST API, one :class:`httpx2.AsyncClient` per event loop.
 
@@ -124,6 +133,10 @@ class GatewayClient:
         self.min_patience = min_patience
         self._starts: collections.deque[float] = collections.deque(maxlen=RECENT_STARTS)
         """Seconds the gateway's recent new kernels took to first answer."""
+        self.starting = 0
+        """Kernels asked for and not yet answered (or given up), this client's."""
+        self.latest_answered_ask = float("-inf")
+        """When the latest-asked of the kernels that answered was asked for."""
         self._http: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watched: dict[str, tuple[int, Callable[[str], None]]] = {}
@@ -133,16 +146,18 @@ class GatewayClient:
         self._watcher: asyncio.Task[None] | None = None
         self._listable = True
 
-    def answered(self, seconds: float) -> None:
-        """A new kernel first answered ``seconds`` after it was asked for."""
+    def answered(self, asked_at: float, seconds: float) -> None:
+        """A new kernel, asked for at ``asked_at`` (loop time: when the
+        gateway answered the request), first answered ``seconds`` later."""
         self._starts.append(seconds)
+        self.latest_answered_ask = max(self.latest_answered_ask, asked_at)
 
     def patience(self) -> float | None:
-        """Seconds a new kernel may take to first answer before it is taken as
-        lost and another is asked for: five times the slowest of this
-        gateway's recent starts, at least :attr:`min_patience`. None (the
-        startup limit alone) before any start answered: how long this
-        gateway takes (a process on one host, a pod on a cluster) is learnt.
+        """Seconds a new kernel may take to first answer before it may be
+        taken as lost (see :func:`given_up`): five times the slowest of this
+        gateway's recent starts, at least :attr:`min_patience`. None before
+        any start answered: how long this gateway takes (a process on one
+        host, a pod on a cluster) is learnt first.
 
         Enterprise Gateway does not always notice a local kernel whose port
         was taken: it is listed as starting, and never answers."""
@@ -303,8 +318,8 @@ class GatewayClient:
             raise KernelGone(f"the kernel gateway at {where} has no such kernel")
         if status >= 400:
             detail = _detail(response)
-            raise KernelError(
-                f"the kernel gateway at {where} failed to {what}: HTTP {status}{detail}"
+            raise GatewayFailed(
+                f"the kernel gateway at {where} failed to {what}: HTTP {status}{detail}", status
             )
         if status == 204 or not response.content:
             return None
@@ -330,7 +345,7 @@ class GatewayChannels(RequestState):
     ``on_comm``, when set, receives every ``comm_msg`` on iopub at any time
     (the kernel API's requests), never kept with a request's iopub.
     ``on_status`` receives each ``execution_state`` the kernel publishes
-    (``restarting`` and ``dead`` tell of a kernel that died).
+    (:func:`recursa.kernel.remote.means_death` says which tell of a death).
     """
 
     def __init__(self, ws: WebSocketClientConnection, loop: asyncio.AbstractEventLoop) -> None:
@@ -369,7 +384,7 @@ class GatewayChannels(RequestState):
         request = HTTPRequest(
             settings.channels_url(kernel_id),
             headers=HTTPHeaders(settings.headers()),
-            connect_timeout=within,
+            connect_timeout=min(within, CONNECT_TIMEOUT),
             request_timeout=within,
             follow_redirects=False,
             max_redirects=0,
@@ -534,6 +549,14 @@ def _quickack(ws: WebSocketClientConnection) -> Callable[[], None]:
     return rearm
 
 
+def given_up(waited: float, patience: float, *, overtaken: bool, others: int) -> bool:
+    """Whether a new kernel that has not answered after ``waited`` seconds is
+    lost: past the gateway's ``patience``, and either a kernel asked for
+    after it has answered (the gateway makes progress past it), or no other
+    kernel is starting. A host slowed by many starts at once is waited for."""
+    return waited >= patience and (overtaken or others == 0)
+
+
 async def _first(
     opening: asyncio.Future[WebSocketClientConnection], unless: asyncio.Event | None
 ) -> WebSocketClientConnection | None:
@@ -567,6 +590,7 @@ def _abandon(conn: WebSocketClientConnection) -> None:
 __all__ = [
     "GatewayChannels",
     "GatewayClient",
+    "GatewayFailed",
     "GatewaySettings",
     "KernelGone",
 ]

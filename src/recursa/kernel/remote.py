@@ -11,8 +11,8 @@ and reattaches through it unchanged. What differs is where the kernel lives:
 - **Start.** ``POST /api/kernels`` (the configured kernelspec), then the
   channels WebSocket, a wait until it answers, and the same bootstrap as a
   local kernel (its Python must import recursa). A kernel the gateway loses
-  before it answers, or that does not answer within the gateway's patience
-  (:meth:`~recursa.kernel.gateway.GatewayClient.patience`), is replaced by a
+  before it answers, or that is given up as silent past the gateway's
+  patience (:func:`~recursa.kernel.gateway.given_up`), is replaced by a
   new one, up to :data:`START_ATTEMPTS` kernels in all: Enterprise Gateway's
   local kernels pick their ports before they bind them, and of many started
   at once one now and then finds its port taken and never comes up (listed as
@@ -43,7 +43,14 @@ from pathlib import Path
 
 from recursa.errors import KernelError
 from recursa.kernel.driver import ChannelDriver
-from recursa.kernel.gateway import GatewayChannels, GatewayClient, GatewaySettings, KernelGone
+from recursa.kernel.gateway import (
+    GatewayChannels,
+    GatewayClient,
+    GatewayFailed,
+    GatewaySettings,
+    KernelGone,
+    given_up,
+)
 from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 
@@ -61,6 +68,10 @@ DELETE_RETRY = 1.0
 in the middle of a restart answers HTTP 500)."""
 START_ATTEMPTS = 3
 """Kernels one start may ask a gateway for, when it loses one before it answers."""
+JUDGE_AGAIN = 2.0
+"""Seconds until a kernel still starting past the gateway's patience, but not
+given up (others start beside it, none asked later has answered), is looked
+at again."""
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +129,12 @@ class GatewayProcess(ChannelDriver):
         """Why the kernel is known dead or gone (empty while it is not)."""
         self._lost = asyncio.Event()
         self._asked = 0.0
+        """When (loop time) the gateway answered the request for the kernel being started."""
         self._starting = False
-        """A kernel is being started, and has not answered yet."""
-        """When (loop time) the gateway was asked for the kernel being started."""
+        """A kernel is being started, and has not answered yet (counted in the
+        client's :attr:`~recursa.kernel.gateway.GatewayClient.starting`)."""
+        self._judge: asyncio.TimerHandle | None = None
+        """When the kernel being started is looked at again (:meth:`_judge_start`)."""
         self._restart_next = False
 
     @property
@@ -149,9 +163,10 @@ class GatewayProcess(ChannelDriver):
     async def launch(self, cwd: Path) -> None:
         """Start a kernel (or, after :meth:`stop` kept it for a restart,
         restart it under the same id); return when it answers and is
-        bootstrapped. A kernel the gateway loses on the way (deleted, or dead
-        for good) is replaced, within the one startup limit. Raises
-        :class:`KernelError`; nothing is left running then."""
+        bootstrapped. A kernel lost before it first answered (deleted, dead
+        for good, or silent past the gateway's patience) is replaced, within
+        the one startup limit. Raises :class:`KernelError`; nothing is left
+        running then."""
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + self.startup_timeout
@@ -161,7 +176,13 @@ class GatewayProcess(ChannelDriver):
                 await self._start(restart, deadline, last=attempt == START_ATTEMPTS)
                 break
             except BaseException as exc:
-                lost = isinstance(exc, Exception) and (self._dead or isinstance(exc, KernelGone))
+                # Only a kernel that never answered is replaced: one that
+                # answered, then failed recursa's bootstrap, would fail again.
+                lost = (
+                    isinstance(exc, Exception)
+                    and self._starting
+                    and bool(self._dead or isinstance(exc, KernelGone))
+                )
                 with contextlib.suppress(Exception):
                     await self.stop(graceful=False)
                 if lost and attempt < START_ATTEMPTS and loop.time() < deadline:
@@ -191,20 +212,47 @@ class GatewayProcess(ChannelDriver):
             self.kernel_id = await self.client.start_kernel()
         loop = asyncio.get_running_loop()
         self._asked = loop.time()
-        self._starting = True
-        patience = None if last else self.client.patience()
-        answer_by = deadline if patience is None else min(deadline, self._asked + patience)
-        try:
-            await self._connect(answer_by)
-            await self.bootstrap(deadline, ready_by=answer_by)
-        except KernelError:
-            if not self._dead and answer_by < deadline and loop.time() >= answer_by:
-                self._dead = f"it did not answer within {patience:g} s"
-            raise
+        self._set_starting(True)
+        if not last:  # the last kernel has the whole limit
+            self._judge_later(self.client.patience())
+        await self._connect(deadline)
+        await self.bootstrap(deadline)
+
+    def _judge_later(self, patience: float | None) -> None:
+        """Look at the kernel being started again once ``patience`` passed
+        since it was asked for (or :data:`JUDGE_AGAIN` from now)."""
+        loop = asyncio.get_running_loop()
+        when = self._asked + patience if patience is not None else loop.time() + JUDGE_AGAIN
+        self._judge = loop.call_at(max(when, loop.time() + JUDGE_AGAIN / 10), self._judge_start)
+
+    def _judge_start(self) -> None:
+        """Give the kernel being started up (another is asked for) once
+        :func:`~recursa.kernel.gateway.given_up` says so; else look again."""
+        self._judge = None
+        patience = self.client.patience()
+        if not self._starting or self._dead:
+            return
+        waited = asyncio.get_running_loop().time() - self._asked
+        overtaken = self.client.latest_answered_ask > self._asked
+        others = self.client.starting - 1
+        if patience is not None and given_up(waited, patience, overtaken=overtaken, others=others):
+            self._gone(f"it did not answer within {waited:.0f} s")
+        elif patience is not None and waited < patience:
+            self._judge_later(patience)
+        else:
+            self._judge = asyncio.get_running_loop().call_later(JUDGE_AGAIN, self._judge_start)
 
     def answered(self) -> None:
-        self._starting = False
-        self.client.answered(asyncio.get_running_loop().time() - self._asked)
+        self._set_starting(False)
+        self.client.answered(self._asked, asyncio.get_running_loop().time() - self._asked)
+
+    def _set_starting(self, starting: bool) -> None:
+        if starting != self._starting:
+            self._starting = starting
+            self.client.starting += 1 if starting else -1
+        if not starting and self._judge is not None:
+            self._judge.cancel()
+            self._judge = None
 
     async def _exists(self) -> bool:
         assert self.kernel_id is not None
@@ -338,13 +386,14 @@ class GatewayProcess(ChannelDriver):
             self._restart_next = True
             return
         kernel_id, self.kernel_id = self.kernel_id, None
-        self._starting = False
+        self._set_starting(False)
         for attempt in range(1, DELETE_ATTEMPTS + 1):
             try:
                 await self.client.delete(kernel_id)
                 return
             except KernelError as exc:
-                if attempt == DELETE_ATTEMPTS:
+                passing = isinstance(exc, GatewayFailed) and exc.status >= 500
+                if not passing or attempt == DELETE_ATTEMPTS:
                     log.warning("could not stop gateway kernel %s: %s", kernel_id, exc)
                     return
             await asyncio.sleep(DELETE_RETRY)
