@@ -6,6 +6,7 @@ the hand-built WebSocket request misses none of tornado's defaults.
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import inspect
 import threading
@@ -131,3 +132,32 @@ async def test_a_delete_is_tried_again_only_after_a_server_error(
         await client.aclose()
     assert deletes.seen == ["/api/kernels/k-1"] * tries and process.kernel_id is None
     assert ("could not stop gateway kernel k-1" in caplog.text) is warned
+
+
+def test_kernels_past_their_patience_do_not_wait_for_each_other() -> None:
+    client = GatewayClient(GatewaySettings("http://127.0.0.1:9", "t"))
+    first, second, third = object(), object(), object()
+    client.began(first, 0.0)
+    client.began(second, 0.0)
+    client.began(third, 25.0)
+    # At 30 s with a patience of 10 s: only the third is still within it.
+    assert client.others_within(first, 30.0, 10.0) == 1
+    client.ended(third)
+    assert client.others_within(first, 30.0, 10.0) == 0  # both stuck: neither waits
+    client.ended(third)  # again: no error, and nothing drifts
+    client.ended(first)
+    client.ended(second)
+    assert client.starting == 0
+
+
+async def test_a_kernel_given_up_just_as_it_answered_is_kept() -> None:
+    client = GatewayClient(GatewaySettings("http://127.0.0.1:9", "t"))
+    client.answered(0.0, 1.0)  # patience is known: the judge acts
+    process = remote.GatewayProcess(client, startup_timeout=5.0, kernel_id="k-1")
+    process._asked = asyncio.get_running_loop().time() - 60.0  # long past its patience
+    process._set_starting(True)
+    process._judge_start()  # alone and silent: given up
+    assert process.exit_description().startswith("it did not answer within")
+    process.answered()  # its answer had come all the same
+    assert not process._dead and client.starting == 0
+    await client.aclose()

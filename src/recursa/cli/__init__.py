@@ -22,9 +22,9 @@ def main(argv: list[str] | None = None) -> None:
         # print them as escapes rather than fail.
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    from recursa.cli.quick import answer
-
     try:
+        from recursa.cli.quick import answer
+
         code = answer(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         from recursa.cli.exits import EXIT_INTERRUPTED

@@ -46,7 +46,7 @@ def answer(argv: Sequence[str]) -> int | None:
     line is to answer it (then nothing was printed)."""
     words = [a for a in argv if a != "--json"]
     json_out = len(words) < len(argv)
-    if len(argv) - len(words) > 1 or not argv or argv[0] != words[0]:
+    if len(argv) - len(words) > 1 or not words or argv[0] != words[0]:
         return None
     if words == ["agents"]:
         show = _agents(json_out)
@@ -58,6 +58,7 @@ def answer(argv: Sequence[str]) -> int | None:
         return None
     try:
         show()
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
     except BrokenPipeError:  # a reader that stopped (| head): no more output
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED

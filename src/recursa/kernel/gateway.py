@@ -133,8 +133,9 @@ class GatewayClient:
         self.min_patience = min_patience
         self._starts: collections.deque[float] = collections.deque(maxlen=RECENT_STARTS)
         """Seconds the gateway's recent new kernels took to first answer."""
-        self.starting = 0
-        """Kernels asked for and not yet answered (or given up), this client's."""
+        self._starting: dict[object, float] = {}
+        """Kernels asked for and not yet answered (or given up): who starts
+        each, and when the gateway answered the request (loop time)."""
         self.latest_answered_ask = float("-inf")
         """When the latest-asked of the kernels that answered was asked for."""
         self._http: httpx2.AsyncClient | None = None
@@ -151,6 +152,28 @@ class GatewayClient:
         gateway answered the request), first answered ``seconds`` later."""
         self._starts.append(seconds)
         self.latest_answered_ask = max(self.latest_answered_ask, asked_at)
+
+    def began(self, starter: object, asked_at: float) -> None:
+        """``starter`` is starting a kernel, asked for at ``asked_at``."""
+        self._starting[starter] = asked_at
+
+    def ended(self, starter: object) -> None:
+        """``starter``'s kernel answered, or was given up (again is no error)."""
+        self._starting.pop(starter, None)
+
+    @property
+    def starting(self) -> int:
+        """How many kernels are starting."""
+        return len(self._starting)
+
+    def others_within(self, starter: object, now: float, patience: float) -> int:
+        """The kernels starting besides ``starter``'s that are still within
+        ``patience`` (a kernel past it is no reason to wait for another)."""
+        return sum(
+            1
+            for other, asked in self._starting.items()
+            if other is not starter and now - asked < patience
+        )
 
     def patience(self) -> float | None:
         """Seconds a new kernel may take to first answer before it may be
@@ -552,8 +575,10 @@ def _quickack(ws: WebSocketClientConnection) -> Callable[[], None]:
 def given_up(waited: float, patience: float, *, overtaken: bool, others: int) -> bool:
     """Whether a new kernel that has not answered after ``waited`` seconds is
     lost: past the gateway's ``patience``, and either a kernel asked for
-    after it has answered (the gateway makes progress past it), or no other
-    kernel is starting. A host slowed by many starts at once is waited for."""
+    after it has answered (the gateway makes progress past it), or no
+    ``others`` are starting within their patience. A host slowed by many
+    starts at once is waited for; two kernels both silent past it are not
+    waited for each other."""
     return waited >= patience and (overtaken or others == 0)
 
 

@@ -135,6 +135,8 @@ class GatewayProcess(ChannelDriver):
         client's :attr:`~recursa.kernel.gateway.GatewayClient.starting`)."""
         self._judge: asyncio.TimerHandle | None = None
         """When the kernel being started is looked at again (:meth:`_judge_start`)."""
+        self._given_up = False
+        """The kernel being started was given up as silent (:meth:`_judge_start`)."""
         self._restart_next = False
 
     @property
@@ -198,7 +200,7 @@ class GatewayProcess(ChannelDriver):
             self.workspace = cwd
 
     async def _start(self, restart: bool, deadline: float, *, last: bool) -> None:
-        self._dead = ""  # an earlier kernel's death was dealt with
+        self._dead, self._given_up = "", False  # an earlier kernel's end was dealt with
         if restart and self.kernel_id is not None:
             try:
                 await self.client.restart(self.kernel_id)
@@ -221,6 +223,8 @@ class GatewayProcess(ChannelDriver):
     def _judge_later(self, patience: float | None) -> None:
         """Look at the kernel being started again once ``patience`` passed
         since it was asked for (or :data:`JUDGE_AGAIN` from now)."""
+        if self._judge is not None:
+            self._judge.cancel()
         loop = asyncio.get_running_loop()
         when = self._asked + patience if patience is not None else loop.time() + JUDGE_AGAIN
         self._judge = loop.call_at(max(when, loop.time() + JUDGE_AGAIN / 10), self._judge_start)
@@ -232,25 +236,35 @@ class GatewayProcess(ChannelDriver):
         patience = self.client.patience()
         if not self._starting or self._dead:
             return
-        waited = asyncio.get_running_loop().time() - self._asked
-        overtaken = self.client.latest_answered_ask > self._asked
-        others = self.client.starting - 1
-        if patience is not None and given_up(waited, patience, overtaken=overtaken, others=others):
-            self._gone(f"it did not answer within {waited:.0f} s")
-        elif patience is not None and waited < patience:
+        now = asyncio.get_running_loop().time()
+        waited = now - self._asked
+        if patience is not None and waited < patience:
             self._judge_later(patience)
-        else:
-            self._judge = asyncio.get_running_loop().call_later(JUDGE_AGAIN, self._judge_start)
+            return
+        if patience is not None and given_up(
+            waited,
+            patience,
+            overtaken=self.client.latest_answered_ask > self._asked,
+            others=self.client.others_within(self, now, patience),
+        ):
+            self._given_up = True
+            self._gone(f"it did not answer within {waited:.0f} s")
+            return
+        self._judge = asyncio.get_running_loop().call_later(JUDGE_AGAIN, self._judge_start)
 
     def answered(self) -> None:
+        if self._given_up:  # given up just as its answer came: it is kept
+            self._given_up, self._dead = False, ""
         self._set_starting(False)
         self.client.answered(self._asked, asyncio.get_running_loop().time() - self._asked)
 
     def _set_starting(self, starting: bool) -> None:
-        if starting != self._starting:
-            self._starting = starting
-            self.client.starting += 1 if starting else -1
-        if not starting and self._judge is not None:
+        self._starting = starting
+        if starting:
+            self.client.began(self, self._asked)
+            return
+        self.client.ended(self)
+        if self._judge is not None:
             self._judge.cancel()
             self._judge = None
 
@@ -378,6 +392,7 @@ class GatewayProcess(ChannelDriver):
         ``keep_connection_file`` (a restart) keep it for :meth:`launch` to
         restart under its id. Safe with no kernel. ``graceful`` makes no
         difference: the gateway shuts a kernel down politely, then by force."""
+        self._set_starting(False)
         self._disconnect()
         if self.kernel_id is None:
             return
@@ -386,7 +401,6 @@ class GatewayProcess(ChannelDriver):
             self._restart_next = True
             return
         kernel_id, self.kernel_id = self.kernel_id, None
-        self._set_starting(False)
         for attempt in range(1, DELETE_ATTEMPTS + 1):
             try:
                 await self.client.delete(kernel_id)
