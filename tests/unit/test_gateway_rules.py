@@ -20,9 +20,9 @@ from recursa.kernel.gateway import (
     MIN_PATIENCE,
     PATIENCE_FACTOR,
     RECENT_STARTS,
-    GatewayChannels,
     given_up,
 )
+from recursa.kernel.gateway_channels import GatewayChannels
 from recursa.kernel.remote import means_death
 
 

@@ -8,7 +8,7 @@ and runs the harness's silent requests. The backends
 :class:`~recursa.kernel.remote.GatewayProcess`, a kernel behind a Jupyter
 gateway) say what is alive and how to wait for a death; the channels
 (:class:`~recursa.kernel.wire.Channels` or
-:class:`~recursa.kernel.gateway.GatewayChannels`) carry the messages.
+:class:`~recursa.kernel.gateway_channels.GatewayChannels`) carry the messages.
 """
 
 from __future__ import annotations

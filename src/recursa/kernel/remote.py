@@ -44,13 +44,13 @@ from pathlib import Path
 from recursa.errors import KernelError
 from recursa.kernel.driver import ChannelDriver
 from recursa.kernel.gateway import (
-    GatewayChannels,
     GatewayClient,
     GatewayFailed,
     GatewaySettings,
     KernelGone,
     given_up,
 )
+from recursa.kernel.gateway_channels import GatewayChannels
 from recursa.kernel.relay import Relay
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy
 

@@ -174,7 +174,7 @@ class RequestState:
     """What a kernel's channels keep for the request in flight, and the one wait
     for whatever happens next: the part of :class:`Channels` that does not
     depend on how messages travel (ZeroMQ here, a gateway's WebSocket in
-    :class:`recursa.kernel.gateway.GatewayChannels`).
+    :class:`recursa.kernel.gateway_channels.GatewayChannels`).
 
     Invariants: not thread-safe, every method runs on the loop given; outside
     :meth:`request` nothing received is kept. A subclass hands what it
