@@ -61,6 +61,7 @@ def test_help_loads_no_command_module_nor_the_daemon_client() -> None:
     for module in {entry.module for entry in COMMANDS.values()}:
         assert f"'{module}'" not in loaded
     assert "recursa.daemon.client" not in loaded and "httpx2" not in loaded
+    assert "recursa.cli.quick" not in loaded  # loaded only for the calls it may answer
 
 
 def test_a_command_loads_its_own_module_only() -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import io
 import sys
 
+QUICK_COMMANDS = ("agents", "usage")
+"""The commands :mod:`recursa.cli.quick` may answer."""
+
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit: the quick path's answer, else
@@ -22,16 +25,18 @@ def main(argv: list[str] | None = None) -> None:
         # print them as escapes rather than fail.
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    try:
-        from recursa.cli.quick import answer
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in QUICK_COMMANDS:  # any other call loads nothing of the quick path
+        try:
+            from recursa.cli.quick import answer
 
-        code = answer(sys.argv[1:] if argv is None else argv)
-    except KeyboardInterrupt:
-        from recursa.cli.exits import EXIT_INTERRUPTED
+            code = answer(args)
+        except KeyboardInterrupt:
+            from recursa.cli.exits import EXIT_INTERRUPTED
 
-        sys.exit(EXIT_INTERRUPTED)
-    if code is not None:
-        sys.exit(code)
+            sys.exit(EXIT_INTERRUPTED)
+        if code is not None:
+            sys.exit(code)
     from recursa.cli.root import main as run
 
     run(argv)
