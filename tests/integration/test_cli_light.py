@@ -207,6 +207,9 @@ def test_the_quick_path_leaves_to_the_full_path_what_it_cannot_answer(
     refused = recursa(["agents"], env, tmp_path)
     assert refused.returncode != 0 and refused.stdout == ""
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    # Said at once, as the refusal it is: not 30 s of waiting for a daemon
+    # "that holds the lock but does not answer".
+    assert "token" in refused.stderr and "lock" not in refused.stderr, refused.stderr
     token.write_text(kept)
     assert recursa(["daemon", "stop"], env, tmp_path).returncode == 0
     restarted = recursa(["agents"], env, tmp_path)  # no daemon: the full path starts one

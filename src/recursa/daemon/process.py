@@ -46,7 +46,7 @@ from recursa.daemon.paths import (
     prepare_home,
     read_state,
 )
-from recursa.errors import DaemonError, one_line
+from recursa.errors import AuthError, DaemonError, one_line
 from recursa.protocol.wire import DaemonStatus
 
 if TYPE_CHECKING:
@@ -241,9 +241,13 @@ async def _probe(paths: DaemonPaths) -> DaemonStatus | None:
 
 
 async def _probe_quietly(paths: DaemonPaths) -> DaemonStatus | None:
-    """As :func:`_probe`, but a daemon too busy to answer also counts as not yet."""
+    """As :func:`_probe`, but a daemon too busy to answer also counts as not yet.
+    A refused token is raised at once: waiting would not change the answer (it
+    cost a wrong token 30 s and a message blaming the daemon)."""
     try:
         return await _probe(paths)
+    except AuthError:
+        raise
     except DaemonError:
         return None
 
