@@ -32,7 +32,9 @@ from recursa.protocol.events import CellOutput, EventRecord
 from recursa.protocol.wire import CreateSession
 from recursa.testing import FakeModelServer, Reply, ToolCallSpec
 
-pytestmark = pytest.mark.timeout(240)
+# slow: about 75 s (a daemon per test over both real gateways, a 20-child fan-out
+# on each); the kernel-level gateway suite (test_gateway_kernels) runs by default.
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 TOKEN_VAR = "RECURSA_TEST_GATEWAY_TOKEN"
 CHILD = re.compile(r"child task (\d+)")

@@ -144,6 +144,7 @@ def route_daemon(page: Page, events: int = EVENTS) -> None:
     page.route("**/api/feed*", quiet_stream)
 
 
+@pytest.mark.slow  # ~10 s: a 500-session tree and a 20,000-event session in the browser
 def test_a_500_session_tree_and_a_20000_event_session_render_without_lag(
     served: WebServer, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def test_generation_is_deterministic_by_seed(tokenizer: Tokenizer) -> None:
     assert [i.id for i in first] == ["vt/1024/0", "vt/1024/1"]
 
 
+@pytest.mark.slow  # ~13 s: loads the real tokenizer and sizes every item
 def test_items_are_sized_by_the_tokenizer_and_split_around_the_context(
     niah: list[Item], tokenizer: Tokenizer
 ) -> None:
