@@ -228,6 +228,32 @@ def test_other_endings(vendor: Vendor) -> None:
     assert (garbled.kind, "undecodable" in garbled.message) == ("malformed", True)
 
 
+def test_openai_usage_is_estimated_only_when_the_server_reports_none() -> None:
+    # The messages are made again (the whole conversation) only for an estimate.
+    made: list[int] = []
+
+    def messages() -> list[dict[str, str]]:
+        made.append(1)
+        return [{"role": "user", "content": "x" * 400}]
+
+    def done_of(stream: bytes) -> Done:
+        reader = ChunkReader("openai", (SECRET,), messages)
+        events = [*reader.feed(stream), *reader.close()]
+        assert isinstance(events[-1], Done)
+        return events[-1]
+
+    reported = done_of((STREAMS / "openai_tool_calls.sse").read_bytes())
+    assert reported.usage == Usage(1200, 40, cached_tokens=1024) and made == []
+    unreported = b"".join(
+        line + b"\n\n"
+        for line in (STREAMS / "openai_tool_calls.sse").read_bytes().split(b"\n\n")
+        if line.strip() and b'"usage":{' not in line
+    )
+    estimated = done_of(unreported)
+    assert made == [1] and estimated.usage.estimated
+    assert estimated.usage.input_tokens > 100  # the 400 characters, at four a token
+
+
 def test_openai_wild_shapes() -> None:
     """Comments, ``data:`` without a space, a refusal, a second choice, one event's
     JSON over several data lines, a "stop" that carried tool calls, cache

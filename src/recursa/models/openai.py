@@ -261,8 +261,10 @@ class ChunkReader(StreamReader):
         stop = _STOP_REASONS.get(self._finish, "other")
         if stop == "end" and message.tool_calls:
             stop = "tool_calls"  # some compatible servers report "stop" for tool calls
-        messages = self._messages() if callable(self._messages) else self._messages
-        usage = self._usage or _estimate({"messages": messages}, message)
+        usage = self._usage
+        if usage is None:  # only then: the messages are the whole conversation, made again
+            messages = self._messages() if callable(self._messages) else self._messages
+            usage = _estimate({"messages": messages}, message)
         return Done(message, usage, stop)
 
     def _stream_error(self, error: object) -> Failed:

@@ -77,7 +77,7 @@ class Accounts:
         def admit(request: Request) -> Admission:
             if session_id is None:
                 return Ticket(0, None)
-            chars = len(request.system) + sum(len(_text(m)) for m in request.messages)
+            chars = len(request.system) + sum(map(_chars, request.messages))
             return self.budgets.admit(
                 self.chain(session_id),
                 input_chars=chars,
@@ -140,10 +140,12 @@ class Accounts:
         self._chains.pop(session_id, None)
 
 
-def _text(message: Message) -> str:
-    if isinstance(message, AssistantMessage):
-        return message.text + "".join(call.arguments for call in message.tool_calls)
-    return message.text
+def _chars(message: Message) -> int:
+    """The characters of a message's text and tool-call arguments (counted,
+    not joined: this runs over the whole conversation before every call)."""
+    if isinstance(message, AssistantMessage) and message.tool_calls:
+        return len(message.text) + sum(len(call.arguments) for call in message.tool_calls)
+    return len(message.text)
 
 
 def as_int(value: object) -> int | None:
