@@ -167,6 +167,25 @@ async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) 
     assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)
 
 
+ONE_SHELL_THREAD = (
+    "import asyncio, threading\n"
+    "k = get_ipython().kernel\n"
+    "await asyncio.sleep(0)\n"
+    "print([t.name for t in threading.enumerate()].count('Shell channel'),"
+    " k._supports_kernel_subshells, type(k).__name__)"
+)
+"""A cell that awaits (ipykernel reads the shell channel thread's stand-in
+there), then tells whether that thread runs and whether subshells are offered."""
+
+
+async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> None:
+    # recursa.api.kernelapp: no shell channel thread (it serves Jupyter's
+    # subshells, never asked for; two thread handoffs a cell), and cells
+    # that await still run.
+    out = await kernel.execute(ONE_SHELL_THREAD, timeout=10)
+    assert out.parts == (OutputPart("stdout", "0 False NoSubshellsKernel\n"),), out
+
+
 async def test_a_kernel_runs_without_the_debugger(kernel: Kernel) -> None:
     # recursa.api.launcher keeps debugpy (the Jupyter debugger, ~15 MB) out.
     probe = "import sys\nprint(sys.modules.get('debugpy', 'absent'), 'pydevd' in sys.modules)"

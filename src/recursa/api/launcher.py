@@ -4,7 +4,8 @@ ipykernel imports debugpy at start for the Jupyter debugger (``debug_request``
 on the control channel), which recursa never sends: about 15 MB of every
 kernel's memory and a tenth of its start. An import of it that fails makes
 ipykernel run without the debugger, so this launcher makes it fail, then does
-what ``python -m ipykernel_launcher`` does.
+what ``python -m ipykernel_launcher`` does, with recursa's application
+(:mod:`recursa.api.kernelapp`: no shell channel thread).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ def main() -> None:
     if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path.cwd()):
         del sys.path[0]
     without_debugger()
-    from ipykernel import kernelapp
+    from recursa.api.kernelapp import KernelApp
 
-    kernelapp.launch_new_instance()
+    KernelApp.launch_instance()
 
 
 if __name__ == "__main__":

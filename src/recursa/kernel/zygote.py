@@ -76,6 +76,7 @@ PRELOAD = (
     "tornado.ioloop",
     "asyncio",
     "recursa.api.extension",
+    "recursa.api.kernelapp",
     # What ipykernel and IPython import while a kernel starts (its debugger
     # support, without debugpy: see main(); pdb, pydoc, ...): measured on a
     # forked kernel's sys.modules.
@@ -278,9 +279,11 @@ def kernel_app(connection: dict[str, Any], argv: list[str]) -> Any:
     """ipykernel's application on ``connection`` (a connection file's
     content), with ``argv`` as its command line options, initialized: its
     sockets are bound. Its ``start()`` runs the kernel."""
-    from ipykernel.kernelapp import IPKernelApp
+    # The kernel-side application (api is the layer above; this function runs
+    # in the zygote's fork, a kernel's process).
+    from recursa.api.kernelapp import KernelApp
 
-    class ForkedKernelApp(IPKernelApp):
+    class ForkedKernelApp(KernelApp):  # type: ignore[misc]
         """Takes its connection info from the request, and writes no file."""
 
         def init_connection_file(self) -> None:

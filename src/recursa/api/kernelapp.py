@@ -1,0 +1,83 @@
+"""Runs in the kernel's process: ipykernel's application with one thread fewer on the shell path.
+
+ipykernel 7 reads the shell channel in a thread of its own (the "shell
+channel" thread), which hands every request to the main thread over an
+inproc socket pair and takes the reply back the same way. That thread exists
+for Jupyter's kernel subshells, which recursa never asks for; on a cell's
+round trip it costs two thread handoffs, about 0.4 ms of a 1.8 ms round trip
+(``benchmarks/kernel_roundtrip.py``). :class:`KernelApp` reads the shell
+socket on the main thread's loop instead, as ipykernel 6 did and as ipykernel
+7 does for a kernel without subshell support.
+
+ipykernel has no switch for it. Its code asks "is there a shell channel
+thread?" in two ways: by truth (which path reads the shell socket) and, in
+``_supports_kernel_subshells``, by ``is not None``; and one line reads the
+thread's ``parent_thread`` unconditionally (for cells that ``await``). So the
+thread is replaced by a falsy stand-in that knows the main thread, and the
+kernel class says it supports no subshells. Where this ipykernel is not shaped
+as expected, nothing is changed: the kernel runs as ipykernel made it.
+
+Imported after :func:`recursa.api.launcher.without_debugger` (it imports
+ipykernel), and by the fork server's zygote (:mod:`recursa.kernel.zygote`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+from traitlets import Type
+
+
+class NoSubshellsKernel(IPythonKernel):  # type: ignore[misc]
+    """IPython's kernel, answering that it has no subshells (a create request is
+    refused in ipykernel's own words, and ``kernel_info`` does not offer them)."""
+
+    @property
+    def _supports_kernel_subshells(self) -> bool:
+        return False
+
+
+class NoShellChannelThread:
+    """Where ipykernel keeps its shell channel thread: false when tested, so the
+    shell socket is read on the main loop, and no thread is ever started."""
+
+    def __init__(self, parent_thread: threading.Thread) -> None:
+        self.parent_thread = parent_thread
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class KernelApp(IPKernelApp):  # type: ignore[misc]
+    """ipykernel's application; with :class:`NoSubshellsKernel` (the default
+    here), the shell channel is read on the main thread."""
+
+    kernel_class = Type(
+        NoSubshellsKernel,
+        klass="ipykernel.kernelbase.Kernel",
+        help="The Kernel subclass to be used (recursa's: no subshells, no shell channel thread).",
+    ).tag(config=True)
+
+    def init_sockets(self) -> None:
+        super().init_sockets()
+        thread: Any = getattr(self, "shell_channel_thread", None)
+        if not issubclass(self.kernel_class, NoSubshellsKernel) or not _unstarted(thread):
+            return  # another kernel class, or an ipykernel shaped otherwise: as it is
+        thread.io_loop.close(all_fds=False)
+        self.shell_channel_thread = NoShellChannelThread(threading.current_thread())
+
+
+def _unstarted(thread: object) -> bool:
+    """Whether ``thread`` is ipykernel's shell channel thread, made and not started."""
+    return (
+        isinstance(thread, threading.Thread)
+        and thread.ident is None
+        and hasattr(thread, "io_loop")
+        and hasattr(thread, "parent_thread")
+    )
+
+
+__all__ = ["KernelApp", "NoShellChannelThread", "NoSubshellsKernel"]
