@@ -31,7 +31,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import Type
 
 
-class NoSubshellsKernel(IPythonKernel):  # type: ignore[misc]
+class NoSubshellsKernel(IPythonKernel):
     """IPython's kernel, answering that it has no subshells (a create request is
     refused in ipykernel's own words, and ``kernel_info`` does not offer them)."""
 
@@ -51,7 +51,7 @@ class NoShellChannelThread:
         return False
 
 
-class KernelApp(IPKernelApp):  # type: ignore[misc]
+class KernelApp(IPKernelApp):
     """ipykernel's application; with :class:`NoSubshellsKernel` (the default
     here), the shell channel is read on the main thread."""
 
@@ -59,12 +59,14 @@ class KernelApp(IPKernelApp):  # type: ignore[misc]
         NoSubshellsKernel,
         klass="ipykernel.kernelbase.Kernel",
         help="The Kernel subclass to be used (recursa's: no subshells, no shell channel thread).",
-    ).tag(config=True)
+    ).tag(config=True)  # type: ignore[assignment]  # the same trait, another default
 
     def init_sockets(self) -> None:
-        super().init_sockets()
+        super().init_sockets()  # type: ignore[no-untyped-call]
         thread: Any = getattr(self, "shell_channel_thread", None)
-        if not issubclass(self.kernel_class, NoSubshellsKernel) or not _unstarted(thread):
+        kernel_class: object = self.kernel_class
+        ours = isinstance(kernel_class, type) and issubclass(kernel_class, NoSubshellsKernel)
+        if not ours or not _unstarted(thread):
             return  # another kernel class, or an ipykernel shaped otherwise: as it is
         thread.io_loop.close(all_fds=False)
         self.shell_channel_thread = NoShellChannelThread(threading.current_thread())

@@ -283,7 +283,7 @@ def kernel_app(connection: dict[str, Any], argv: list[str]) -> Any:
     # in the zygote's fork, a kernel's process).
     from recursa.api.kernelapp import KernelApp
 
-    class ForkedKernelApp(KernelApp):  # type: ignore[misc]
+    class ForkedKernelApp(KernelApp):
         """Takes its connection info from the request, and writes no file."""
 
         def init_connection_file(self) -> None:
