@@ -245,7 +245,9 @@ async def _run(
                 if state.detached:
                     break
         tree = await client.usage(info.id)
-        children = [c for c in await client.sessions() if c.parent_id is not None]
+        # Asked only when the tree has sub-agents: a call less at the end of most runs.
+        below = _descendants(tree)
+        children = await client.sessions(below) if below else []
         usage = tree.own
     if state.detached:
         if not local:
