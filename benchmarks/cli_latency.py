@@ -141,6 +141,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=RUNS, help="calls of each command")
     parser.add_argument("--json", action="store_true", help="the medians as one JSON object")
     args = parser.parse_args()
+    from compare import fresh_bytecode  # this directory: see its docstring
+
+    compiled = fresh_bytecode()
+    print(f"bytecode: {compiled} of recursa's modules compiled (stale or missing)", file=sys.stderr)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="recursa-cli-") as tmp:
         times = samples(Path(tmp) / "home", runs=args.runs)
