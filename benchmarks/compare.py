@@ -130,14 +130,21 @@ def fresh_bytecode() -> int:
     import recursa
 
     root = Path(recursa.__file__).parent
-    stale = [
-        p
-        for p in root.rglob("*.py")
-        if not Path(importlib.util.cache_from_source(str(p))).exists()
-        or Path(importlib.util.cache_from_source(str(p))).stat().st_mtime < p.stat().st_mtime
-    ]
+
+    def stale(source: Path) -> bool:
+        # What the import system checks: the source's mtime and size kept in the
+        # .pyc header (bytes 8-16), not the .pyc file's own mtime.
+        try:
+            header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+        except OSError:
+            return True
+        status = source.stat()
+        kept = (int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little"))
+        return kept != (int(status.st_mtime) & 0xFFFFFFFF, status.st_size & 0xFFFFFFFF)
+
+    count = sum(stale(p) for p in root.rglob("*.py"))
     compileall.compile_dir(root, quiet=1)
-    return len(stale)
+    return count
 
 
 def cells(n: int, tool: str, first: int = 0) -> list[dict[str, object]]:

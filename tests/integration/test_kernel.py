@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from jupyter_client import AsyncKernelClient
 
 from recursa.config import Config, load_config
 from recursa.errors import KernelError
@@ -184,6 +185,26 @@ async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> N
     # that await still run.
     out = await kernel.execute(ONE_SHELL_THREAD, timeout=10)
     assert out.parts == (OutputPart("stdout", "0 False NoSubshellsKernel\n"),), out
+
+
+async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel) -> None:
+    # ipykernel only logs these when it has no subshells; a client would wait.
+    client = AsyncKernelClient()
+    client.load_connection_file(str(kernel.connection_file))
+    client.start_channels()
+    try:
+        for kind in ("create", "list"):
+            request = client.session.msg(f"{kind}_subshell_request", {})
+            client.control_channel.send(request)
+            reply = await client.get_control_msg(timeout=10)
+            assert reply["parent_header"]["msg_id"] == request["header"]["msg_id"]
+            assert reply["msg_type"] == f"{kind}_subshell_reply"
+            assert reply["content"]["status"] == "error", reply
+        # The kernel goes on as before.
+        out = await kernel.execute("print('still here')", timeout=10)
+        assert out.parts == (OutputPart("stdout", "still here\n"),)
+    finally:
+        client.stop_channels()
 
 
 async def test_a_kernel_runs_without_the_debugger(kernel: Kernel) -> None:

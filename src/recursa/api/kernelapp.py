@@ -14,7 +14,8 @@ thread?" in two ways: by truth (which path reads the shell socket) and, in
 ``_supports_kernel_subshells``, by ``is not None``; and one line reads the
 thread's ``parent_thread`` unconditionally (for cells that ``await``). So the
 thread is replaced by a falsy stand-in that knows the main thread, and the
-kernel class says it supports no subshells. Where this ipykernel is not shaped
+kernel class says it supports no subshells (an ``execute_request`` that
+names a subshell, which no client of recursa's sends, is not answered). Where this ipykernel is not shaped
 as expected, nothing is changed: the kernel runs as ipykernel made it.
 
 Imported after :func:`recursa.api.launcher.without_debugger` (it imports
@@ -32,12 +33,33 @@ from traitlets import Type
 
 
 class NoSubshellsKernel(IPythonKernel):
-    """IPython's kernel, answering that it has no subshells (a create request is
-    refused in ipykernel's own words, and ``kernel_info`` does not offer them)."""
+    """IPython's kernel, saying it has no subshells: ``kernel_info`` does not
+    offer them, and a request to create, delete or list one is answered with
+    an error (ipykernel only logs it, and its client would wait forever)."""
 
     @property
     def _supports_kernel_subshells(self) -> bool:
         return False
+
+    async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+        self._no_subshells(socket, "create_subshell_reply", ident, parent)
+
+    async def delete_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+        self._no_subshells(socket, "delete_subshell_reply", ident, parent)
+
+    async def list_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+        self._no_subshells(socket, "list_subshell_reply", ident, parent)
+
+    def _no_subshells(self, socket: Any, reply_type: str, ident: Any, parent: Any) -> None:
+        if self.session is None:
+            return
+        content = {
+            "status": "error",
+            "ename": "NotSupported",
+            "evalue": "this kernel has no subshells",
+            "traceback": [],
+        }
+        self.session.send(socket, reply_type, content, parent, ident)
 
 
 class NoShellChannelThread:

@@ -245,9 +245,11 @@ async def _run(
                 if state.detached:
                     break
         tree = await client.usage(info.id)
-        # Asked only when the tree has sub-agents: a call less at the end of most runs.
-        below = _descendants(tree)
-        children = await client.sessions(below) if below else []
+        # Asked only when the tree has sub-agents and the summary is printed: a
+        # call less at the end of most runs. A large tree asks for every session
+        # (its ids would not fit in one request line), filtered below.
+        below = [] if json_lines else _descendants(tree)
+        children = await client.sessions(below if len(below) <= 200 else None) if below else []
         usage = tree.own
     if state.detached:
         if not local:

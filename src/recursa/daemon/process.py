@@ -246,8 +246,10 @@ async def _probe_quietly(paths: DaemonPaths) -> DaemonStatus | None:
     cost a wrong token 30 s and a message blaming the daemon)."""
     try:
         return await _probe(paths)
-    except AuthError:
-        raise
+    except AuthError as exc:
+        raise AuthError(
+            f"the daemon for RECURSA_HOME {paths.home} refused the token in {paths.token} ({exc})"
+        ) from None
     except DaemonError:
         return None
 
