@@ -120,7 +120,22 @@ def load_all() -> None:
         importlib.import_module(module)
 
 
-class LazyGroup(TyperGroup):
+class WholeHelpGroup(TyperGroup):
+    """A group whose help lists each command with its whole first sentence,
+    wrapped to the terminal (click's plain help cuts it at the line's end)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class LazyGroup(WholeHelpGroup):
     """The root group: its commands are :data:`COMMANDS`, each loaded when used.
 
     :meth:`get_command` imports the command's module and builds the command
@@ -192,4 +207,4 @@ def _load(name: str, entry: Entry) -> click.Command:
     raise LookupError(f"{entry.module} registers no command {name!r} (recursa.cli.commands)")
 
 
-__all__ = ["COMMANDS", "Entry", "LazyGroup", "load_all"]
+__all__ = ["COMMANDS", "Entry", "LazyGroup", "WholeHelpGroup", "load_all"]

@@ -22,6 +22,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.common import JsonOpt, SessionArg, print_listing, reference
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
@@ -33,11 +34,13 @@ from recursa.protocol.control import GoalAction, GoalInfo, ScheduleInfo
 from recursa.protocol.wire import to_json
 
 goal_app = typer.Typer(
+    cls=WholeHelpGroup,
     help="A session's goal: an objective it keeps working toward across turns.",
     no_args_is_help=True,
 )
 app.add_typer(goal_app, name="goal")
 schedule_app = typer.Typer(
+    cls=WholeHelpGroup,
     help='Prompts delivered to a session on a clock: "every 10m", "in 30m", or cron.',
     no_args_is_help=True,
 )

@@ -9,13 +9,16 @@ from typing import Annotated
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.common import ForceOpt
 from recursa.cli.exits import EXIT_FAILED
 from recursa.cli.root import app
 from recursa.environ import home_dir
 from recursa.protocol.wire import DaemonStatus, to_json
 
-daemon_app = typer.Typer(help="The local daemon that owns every session.", no_args_is_help=True)
+daemon_app = typer.Typer(
+    cls=WholeHelpGroup, help="The local daemon that owns every session.", no_args_is_help=True
+)
 app.add_typer(daemon_app, name="daemon")
 
 

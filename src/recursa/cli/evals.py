@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.exits import EXIT_INTERRUPTED, EXIT_OK
 from recursa.cli.root import app
 from recursa.errors import UsageError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from recursa.evals.plan import Plan
 
 eval_app = typer.Typer(
+    cls=WholeHelpGroup,
     help="Evaluations: run a suite on models and harness policies, report, compare.",
     no_args_is_help=True,
 )

@@ -51,10 +51,10 @@ EXIT_CODES: dict[int, str] = {
 
 
 def epilog() -> str:
-    """The exit-code table for ``--help``, one line per code (Typer's rich help
-    keeps the line breaks)."""
+    """The exit-code table for ``--help``, one line per code (``\\b`` keeps
+    click's help formatter from rewrapping the paragraph)."""
     rows = "\n".join(f"{code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
-    return f"Exit codes:\n{rows}"
+    return f"\b\nExit codes:\n{rows}"
 
 
 __all__ = [

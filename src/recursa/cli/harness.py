@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.common import JsonOpt, SessionArg, print_listing, reference
 from recursa.cli.common import dump as _dump
 from recursa.cli.common import with_client as _with_client
@@ -28,6 +29,7 @@ from recursa.protocol.operations import Operation
 from recursa.protocol.wire import HarnessDetail, HarnessEntry, HarnessPrompt, to_json
 
 harness_app = typer.Typer(
+    cls=WholeHelpGroup,
     help="The Continual Harness: what sessions learned (notes, memories, skills, specs).",
     no_args_is_help=True,
 )

@@ -10,12 +10,14 @@ from typing import Annotated
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.root import app
 from recursa.cli.tables import Col, print_table
 from recursa.config import load_config
 from recursa.errors import KernelError
 
 kernel_env_app = typer.Typer(
+    cls=WholeHelpGroup,
     help="The Python environment kernels run in: show it, reset it, add packages.",
     no_args_is_help=True,
 )

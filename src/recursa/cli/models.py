@@ -9,13 +9,16 @@ from typing import Annotated
 
 import typer
 
+from recursa.cli.commands import WholeHelpGroup
 from recursa.cli.root import app
 from recursa.cli.tables import Col, print_table
 from recursa.config import load_config
 from recursa.errors import ModelUnavailable
 
 models_app = typer.Typer(
-    help="List the models available here; prepare the embedded ones.", invoke_without_command=True
+    cls=WholeHelpGroup,
+    help="List the models available here; prepare the embedded ones.",
+    invoke_without_command=True,
 )
 app.add_typer(models_app, name="models")
 
