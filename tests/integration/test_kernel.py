@@ -193,7 +193,7 @@ async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel
     client.load_connection_file(str(kernel.connection_file))
     client.start_channels()
     try:
-        for kind in ("create", "list"):
+        for kind in ("create", "list", "delete"):
             request = client.session.msg(f"{kind}_subshell_request", {})
             client.control_channel.send(request)
             reply = await client.get_control_msg(timeout=10)

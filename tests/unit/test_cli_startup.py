@@ -106,6 +106,21 @@ def test_help_lists_every_command_with_its_help() -> None:
         assert f"{name} {entry.help.replace('- ', '-')}" in rows, name
 
 
+def test_a_group_without_arguments_prints_its_help_on_stdout() -> None:
+    # Pipeable (`recursa daemon | less`), exit 2 as before; and each listed
+    # command keeps the whole first paragraph of its help, not one sentence.
+    result = subprocess.run(
+        [sys.executable, "-m", "recursa", "daemon"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2 and result.stderr == ""
+    assert "Commands:" in result.stdout
+    assert "Exit 1 when none runs." in result.stdout
+
+
 def test_a_mistyped_command_is_told_the_near_ones() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "recursa", "agnets"], capture_output=True, text=True, check=False

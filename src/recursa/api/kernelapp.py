@@ -15,8 +15,9 @@ thread?" in two ways: by truth (which path reads the shell socket) and, in
 thread's ``parent_thread`` unconditionally (for cells that ``await``). So the
 thread is replaced by a falsy stand-in that knows the main thread, and the
 kernel class says it supports no subshells (an ``execute_request`` that
-names a subshell, which no client of recursa's sends, is not answered). Where this ipykernel is not shaped
-as expected, nothing is changed: the kernel runs as ipykernel made it.
+names a subshell, which no client of recursa's sends, is not answered).
+Where this ipykernel is not shaped as expected, nothing is changed: the
+kernel runs as ipykernel made it.
 
 Imported after :func:`recursa.api.launcher.without_debugger` (it imports
 ipykernel), and by the fork server's zygote (:mod:`recursa.kernel.zygote`).

@@ -19,6 +19,7 @@ with the same one-line help.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from difflib import get_close_matches
 
@@ -121,18 +122,31 @@ def load_all() -> None:
 
 
 class WholeHelpGroup(TyperGroup):
-    """A group whose help lists each command with its whole first sentence,
-    wrapped to the terminal (click's plain help cuts it at the line's end)."""
+    """A group whose help lists each command with the whole first paragraph of
+    its help, wrapped to the terminal (click's plain help keeps one sentence
+    and cuts it at the line's end); with no arguments, its help goes to
+    stdout (exit 2), as the rich help did."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(limit=1_000)))
+                rows.append((name, command.short_help or first_paragraph(command.help or "")))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+
+def first_paragraph(text: str) -> str:
+    """A help text's first paragraph, on one line."""
+    return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
 
 
 class LazyGroup(WholeHelpGroup):

@@ -58,6 +58,12 @@ if TYPE_CHECKING:
     from recursa.daemon.client import DaemonClient
 
 
+IDS_PER_CALL = 200
+"""The most sub-agents asked for by id in one call (about 4 KB of query);
+a larger tree asks for every session, filtered here: the daemon's HTTP server
+takes a request line and headers of at most 16 KiB (h11's limit)."""
+
+
 @app.command(epilog=epilog())
 def run(
     task: Annotated[str | None, typer.Argument(help="The task. '-' reads it from stdin.")] = None,
@@ -246,10 +252,10 @@ async def _run(
                     break
         tree = await client.usage(info.id)
         # Asked only when the tree has sub-agents and the summary is printed: a
-        # call less at the end of most runs. A large tree asks for every session
-        # (its ids would not fit in one request line), filtered below.
+        # call less at the end of most runs.
         below = [] if json_lines else _descendants(tree)
-        children = await client.sessions(below if len(below) <= 200 else None) if below else []
+        named = below if len(below) <= IDS_PER_CALL else None
+        children = await client.sessions(named) if below else []
         usage = tree.own
     if state.detached:
         if not local:

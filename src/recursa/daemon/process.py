@@ -235,9 +235,16 @@ def _spawn(
 
 
 async def _probe(paths: DaemonPaths) -> DaemonStatus | None:
-    """The daemon's status; None when nothing accepts a connection."""
+    """The daemon's status; None when nothing accepts a connection. A refused
+    token says which home and which token file."""
     async with DaemonClient(paths.home, timeout=PROBE_TIMEOUT, reconnect_window=0) as client:
-        return await client.probe()
+        try:
+            return await client.probe()
+        except AuthError as exc:
+            raise AuthError(
+                f"the daemon for RECURSA_HOME {paths.home} refused the token in "
+                f"{paths.token} ({exc})"
+            ) from None
 
 
 async def _probe_quietly(paths: DaemonPaths) -> DaemonStatus | None:
@@ -246,10 +253,8 @@ async def _probe_quietly(paths: DaemonPaths) -> DaemonStatus | None:
     cost a wrong token 30 s and a message blaming the daemon)."""
     try:
         return await _probe(paths)
-    except AuthError as exc:
-        raise AuthError(
-            f"the daemon for RECURSA_HOME {paths.home} refused the token in {paths.token} ({exc})"
-        ) from None
+    except AuthError:
+        raise
     except DaemonError:
         return None
 
