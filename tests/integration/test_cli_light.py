@@ -212,7 +212,7 @@ def test_the_quick_path_leaves_to_the_full_path_what_it_cannot_answer(
     assert "token" in refused.stderr and "lock" not in refused.stderr, refused.stderr
     assert str(token) in refused.stderr  # which file holds the refused token
     status = recursa(["daemon", "status"], env, tmp_path)  # the diagnostic command says so too
-    assert status.returncode != 0 and str(token) in status.stderr, status.stderr
+    assert status.returncode == 7 and str(token) in status.stderr, status.stderr
     token.write_text(kept)
     assert recursa(["daemon", "stop"], env, tmp_path).returncode == 0
     restarted = recursa(["agents"], env, tmp_path)  # no daemon: the full path starts one

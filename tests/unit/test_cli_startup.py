@@ -15,7 +15,7 @@ import pytest
 
 import recursa.daemon.client
 from recursa.cli import main
-from recursa.cli.commands import COMMANDS
+from recursa.cli.commands import COMMANDS, first_paragraph
 
 PROBE = """
 import sys
@@ -80,8 +80,8 @@ def test_the_index_is_what_the_modules_register() -> None:
     )
     registered = json.loads(result.stdout)
     assert set(registered) == set(COMMANDS)
-    for name, (module, first_paragraph, hidden) in registered.items():
-        assert (COMMANDS[name].module, COMMANDS[name].help) == (module, first_paragraph), name
+    for name, (module, paragraph, hidden) in registered.items():
+        assert (COMMANDS[name].module, COMMANDS[name].help) == (module, paragraph), name
         assert not hidden, name
 
 
@@ -119,6 +119,12 @@ def test_a_group_without_arguments_prints_its_help_on_stdout() -> None:
     assert result.returncode == 2 and result.stderr == ""
     assert "Commands:" in result.stdout
     assert "Exit 1 when none runs." in result.stdout
+
+
+def test_a_listed_help_is_its_first_paragraph_as_click_reads_it() -> None:
+    text = "\b\nFirst line,\n  wrapped.\n\nSecond paragraph.\f hidden"
+    assert first_paragraph(text) == "First line, wrapped."
+    assert first_paragraph("Shown.\fHidden.") == "Shown."
 
 
 def test_a_mistyped_command_is_told_the_near_ones() -> None:

@@ -138,6 +138,8 @@ class WholeHelpGroup(TyperGroup):
                 formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # recursa runs click in standalone mode: ctx.exit(2) ends the process
+        # with status 2 (click itself would raise NoArgsIsHelpError).
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
             click.echo(ctx.get_help(), color=ctx.color)
             ctx.exit(2)
@@ -145,8 +147,11 @@ class WholeHelpGroup(TyperGroup):
 
 
 def first_paragraph(text: str) -> str:
-    """A help text's first paragraph, on one line."""
-    return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+    """A help text's first paragraph, on one line, as click reads help: what
+    follows ``\\f`` is hidden, and a ``\\b`` (no-rewrap) marker is not text."""
+    shown = inspect.cleandoc(text).partition("\f")[0]
+    words = shown.split("\n\n")[0].split()
+    return " ".join(word for word in words if word != "\b")
 
 
 class LazyGroup(WholeHelpGroup):
