@@ -14,11 +14,17 @@ Figures:
   p99 and max (the first step excluded; it is printed alone);
 - first step: the first reply's end to the second request (the first cell);
 - 10-cell run: the wall time of ``recursa run`` (a task of 10 cells and an
-  answer) with the daemon already running;
+  answer) with the daemon already running, with nothing else sampling the
+  machine;
 - cold two-step run: the same for one cell and an answer, with no daemon
   running (the CLI starts it);
-- peak memory of client, daemon and kernels during the 10-cell run: the sum of
-  RSS and of PSS over those processes, sampled every 10 ms;
+- peak memory of client, daemon and kernels during a second 10-cell run: the
+  sum of RSS and of PSS over those processes, sampled every 10 ms. The kernels
+  are the run's, the fork server's and the warm spare; the sessions run
+  before it are stopped first (``recursa stop``), so their idle kernels,
+  which a user's other sessions would hold, are not counted. Sampling
+  reads every process's memory map, which on two cores slows the run it
+  watches (by about a third here), so the timed run is not the sampled one;
 - CLI latency: ``recursa --help``, ``recursa agents``, ``recursa usage`` and
   ``recursa logs`` (of the many-step session) against the running daemon,
   median of ``--cli-runs``.
@@ -211,6 +217,8 @@ class Recursa:
         self.work = base / "recursa-work"
         self.work.mkdir(parents=True)
         self.runs = 0
+        self.sessions: list[str] = []
+        """The sessions of the running daemon, by name, oldest first."""
         command = Path(sys.executable).with_name("recursa")
         self.command = [str(command)] if command.exists() else [sys.executable, "-m", "recursa"]
 
@@ -228,8 +236,10 @@ class Recursa:
         round): its wall time (and the peak memory of the client, the daemon
         and its kernels while it ran)."""
         self.runs += 1
+        name = f"{task.replace(' ', '-')}-{self.runs}"
+        self.sessions.append(name)
         argv = [*self.command, "run", "--model", MODEL, "--max-steps", "0"]
-        argv += ["--name", f"{task.replace(' ', '-')}-{self.runs}", task]
+        argv += ["--name", name, task]
         started = time.monotonic()
         client = subprocess.Popen(
             argv, cwd=self.work, env=self.env(server), stdout=subprocess.PIPE, text=True
@@ -281,7 +291,14 @@ class Recursa:
             raise SystemExit(f"recursa {' '.join(args)} failed: {done.stderr.decode()[-300:]}")
         return wall
 
+    def unload_sessions(self, server: Server) -> None:
+        """``recursa stop`` every session run so far: their idle kernels are
+        another session's memory, not the next run's."""
+        for name in self.sessions:
+            self.cli(["stop", name], server)
+
     def stop_daemon(self, server: Server) -> None:
+        self.sessions.clear()
         subprocess.run(
             [*self.command, "daemon", "stop"],
             env=self.env(server),
@@ -329,19 +346,22 @@ def measure(
 ) -> None:
     """One round of every figure for ``arm``, against one server (a daemon keeps
     the model's address it started with): a cold two-step run (no daemon yet;
-    each round stops it at the end), a 10-cell run with its peak memory, then
-    the many-step run."""
+    each round stops it at the end), a timed 10-cell run, a sampled one for
+    the peak memory, then the many-step run."""
     tool = "python" if isinstance(arm, Recursa) else args.tool
     first = 1000 * round_
     script = [*cells(1, tool, first), *cells(10, tool, first + 100)]
-    script += cells(args.steps + 1, tool, first + 200)
+    script += [*cells(10, tool, first + 200), *cells(args.steps + 1, tool, first + 300)]
     server = Server.start(base / f"{arm.name}-{round_}", script)
     try:
         wall, _ = arm.run("two steps", server)
         figures.cold_two.append(wall)
-        wall, peak = arm.run("ten cells", server, peak=True)
-        assert peak is not None
+        wall, _ = arm.run("ten cells", server)
         figures.ten_cells.append(wall)
+        if isinstance(arm, Recursa):
+            arm.unload_sessions(server)
+        _, peak = arm.run("ten cells", server, peak=True)
+        assert peak is not None
         if peak.rss > max(figures.rss, default=0):
             figures.parts = peak.parts
         figures.rss.append(peak.rss)
@@ -365,7 +385,7 @@ def measure(
             arm.stop_daemon(server)
     finally:
         server.stop()
-    gaps = server.gaps()[2 + 11 :]  # the many-step run's own (the log is written at exit)
+    gaps = server.gaps()[2 + 11 + 11 :]  # the many-step run's own (the log is written at exit)
     figures.first.append(gaps[0])
     figures.steps.extend(gaps[1:])
 
