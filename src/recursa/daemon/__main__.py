@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, TextIO, cast
 
+from recursa import heap
 from recursa.config import Config, load_config
 from recursa.daemon.errormap import MAX_MESSAGE_CHARS
 from recursa.daemon.harden import harden_process
@@ -148,6 +149,7 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
             token = ensure_token(paths)
             opened, close = await factory(config, api_socket=paths.kernel_socket)
             host, kernel_host = served(opened)
+            heap.settle()  # what the daemon imported lives as long as it does
             try:
                 if kernel_host is None:
                     logger.warning("the host serves no kernel routes: kernels cannot reach it")

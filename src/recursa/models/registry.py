@@ -13,9 +13,11 @@ The built-ins register here through the same call third parties use.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from recursa import heap
 from recursa.config import Config, ProviderConfig
 from recursa.errors import ModelUnavailable, UsageError
 from recursa.models.types import ModelInfo, Provider
@@ -42,7 +44,10 @@ def register_kind(kind: str, factory: HttpFactory) -> None:
 
 def _lazy(module: str, attr: str) -> Callable[..., Provider]:
     def build(*args: object) -> Provider:
+        first = module not in sys.modules
         factory: Callable[..., Provider] = getattr(importlib.import_module(module), attr)
+        if first:
+            heap.settle()  # the SDK's many classes, never garbage: out of full collections
         return factory(*args)
 
     return build

@@ -1,0 +1,44 @@
+"""Long-lived objects leave the collector's full scans: after a provider's
+module is first imported (the SDKs are the bulk of the daemon's objects)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from recursa.models import registry
+
+
+@pytest.fixture
+def fresh_provider_module(tmp_path: Path) -> Iterator[str]:
+    name = "recursa_test_provider_module"
+    (tmp_path / f"{name}.py").write_text(
+        "class Long:\n    pass\n\ndef make(*args):\n    return ('provider', args)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    gc.unfreeze()
+    try:
+        yield name
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+        gc.unfreeze()
+
+
+def test_a_provider_module_first_imported_is_frozen_once(fresh_provider_module: str) -> None:
+    build = registry._lazy(fresh_provider_module, "make")
+    assert gc.get_freeze_count() == 0
+
+    assert build(1) == ("provider", (1,))
+
+    frozen = gc.get_freeze_count()
+    assert frozen > 0  # the new module's class and functions with everything else alive
+    long_class = sys.modules[fresh_provider_module].Long
+    assert long_class not in gc.get_objects(generation=2)  # not scanned any more
+
+    assert build(2) == ("provider", (2,))
+    assert gc.get_freeze_count() == frozen  # imported already: nothing new frozen
