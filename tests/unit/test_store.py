@@ -33,6 +33,8 @@ from recursa.protocol.events import (
     TextDelta,
     TurnStarted,
     UserInput,
+    event_from_dict,
+    event_to_dict,
 )
 from recursa.store import (
     DB_FILE_NAME,
@@ -176,6 +178,22 @@ def test_closed_store_refuses_calls(db_path: Path) -> None:
 
 
 # -- events -----------------------------------------------------------------------
+
+
+ALL_SAMPLES = [_sample(cls) for _, cls in sorted(EVENT_TYPES.items())]
+
+
+@pytest.mark.parametrize("event", ALL_SAMPLES, ids=lambda event: event.type)
+def test_an_event_as_a_dict_is_what_asdict_gives_type_first(event: Event) -> None:
+    expected = dataclasses.asdict(event)
+    dumped = event_to_dict(event)
+    assert dumped == expected
+    assert list(dumped) == ["type", *(name for name in expected if name != "type")]
+    for name, value in dumped.items():  # nested calls and messages are dicts, not shared objects
+        assert type(value) is type(expected[name])
+        if isinstance(value, tuple) and value:
+            assert all(type(item) is dict for item in value)
+    assert event_from_dict(dumped) == event
 
 
 def test_every_stored_event_type_round_trips_in_seq_order(store: Store, db_path: Path) -> None:

@@ -31,6 +31,7 @@ changing a meaning, bumps :data:`PROTOCOL_VERSION`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -342,9 +343,39 @@ def is_transient(event: Event) -> bool:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready dict; ``type`` first."""
-    data = dataclasses.asdict(event)
-    return {"type": data.pop("type"), **data}
+    """A JSON-ready dict; ``type`` first. The same dict as ``dataclasses.asdict``
+    gives (with ``type`` moved first), without its deep copy of every leaf:
+    this runs for every event stored or streamed."""
+    data: dict[str, Any] = {"type": event.type}
+    for name in _field_names(type(event)):
+        if name != "type":
+            data[name] = _plain(getattr(event, name))
+    return data
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as ``dataclasses.asdict`` leaves it: a dataclass as a dict of its
+    fields, a tuple or list of them as one of dicts; strings, numbers and None
+    as they are (immutable, so not copied)."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if type(value) is tuple or type(value) is list:
+        return type(value)(_plain(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, dict):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    return copy.deepcopy(value)
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
