@@ -291,6 +291,54 @@ async def test_an_unreachable_server_is_a_network_failure(tmp_path: Path, vendor
         await provider.aclose()
     assert isinstance(failed, Failed)
     assert failed.kind == "network"
+    # The backend's own words, not its translation (OpenAI's copy of the aiohttp
+    # backend calls a refused connection a ConnectTimeout).
+    assert "Cannot connect to host" in failed.message
+    assert "timeout" not in failed.message.lower()
+
+
+@VENDORS
+async def test_a_server_that_hangs_up_before_answering_is_a_network_failure(
+    tmp_path: Path, vendor: Vendor
+) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the request's head, then nothing back
+        writer.close()
+
+    listener = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}" + ("/v1" if vendor == "openai" else "")
+    table = ProviderConfig(name=vendor, kind=vendor, base_url=url, api_key=KEY, timeout=5)
+    provider: Provider = (
+        OpenAIProvider(table, Config(home=tmp_path))
+        if vendor == "openai"
+        else AnthropicProvider(table, Config(home=tmp_path))
+    )
+    try:
+        failed = (await collect(provider.stream(request(vendor))))[-1]
+    finally:
+        await provider.aclose()
+        listener.close()
+        await listener.wait_closed()
+    assert isinstance(failed, Failed)
+    assert failed.kind == "network"
+    assert "Server disconnected" in failed.message
+    assert "timeout" not in failed.message.lower()
+
+
+@VENDORS
+async def test_a_stream_that_stalls_mid_body_times_out(
+    server: FakeModelServer, make: Make, vendor: Vendor
+) -> None:
+    first_text = {"openai": 2, "anthropic": 4}[vendor]  # the events up to the first text
+    server.push(Reply(text="one two three four", chunk=4, stall_after=first_text))
+    provider = make(vendor, timeout=0.3)
+    events = await collect(provider.stream(request(vendor)))
+    failed = events[-1]
+    assert isinstance(failed, Failed)
+    assert failed.kind == "timeout"
+    assert failed.message.endswith(f"{provider.stall_detail} 0.3 s")  # type: ignore[attr-defined]
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["one "]
 
 
 @VENDORS
