@@ -26,7 +26,8 @@ runs the same server on its own event loop in a thread. From another process:
 ``python -m recursa.testing.fake_server --script FILE.json --port-file FILE``.
 
 Every request is recorded in :attr:`FakeModelServer.requests` with its
-monotonic receive time; ``finished_at`` is the monotonic time the last byte
+monotonic receive time (when its last byte was read, before the server parses
+it: a benchmark's step ends there); ``finished_at`` is the monotonic time the last byte
 of its response was written, and ``disconnected`` says the client went away
 mid-response. Tests wait for such states without sleeping:
 ``await server.wait_for(predicate)`` (async form, under ``asyncio.timeout``)
@@ -276,9 +277,10 @@ class FakeModelServer:
         try:
             while True:
                 raw = await fake_http.read_request(reader)
+                received_at = time.monotonic()  # the last byte is in; parsing it is ours
                 if raw is None:
                     break
-                request = self._record(raw, connection, nodelay)
+                request = self._record(raw, received_at, connection, nodelay)
                 exchange = _Exchange(request, reader, writer, raw.keep_alive)
                 try:
                     keep_alive = await self._answer(exchange)
@@ -298,7 +300,9 @@ class FakeModelServer:
             await fake_http.close(writer)
             self._notify()
 
-    def _record(self, raw: fake_http.RawRequest, connection: int, nodelay: bool) -> RecordedRequest:
+    def _record(
+        self, raw: fake_http.RawRequest, received_at: float, connection: int, nodelay: bool
+    ) -> RecordedRequest:
         try:
             body: Any = json.loads(raw.body) if raw.body else None
         except ValueError:
@@ -308,7 +312,7 @@ class FakeModelServer:
             path=raw.path,
             headers=raw.headers,
             body=body,
-            received_at=time.monotonic(),
+            received_at=received_at,
             connection=connection,
             vendor=ROUTES.get(raw.path),
             tcp_nodelay=nodelay,
