@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from recursa.control.budget import (
     CHARS_PER_TOKEN_ESTIMATE,
     MIN_OUTPUT_TOKENS,
@@ -8,7 +10,15 @@ from recursa.control.budget import (
     Ticket,
 )
 from recursa.control.limits import TurnStop
-from recursa.models.types import Usage
+from recursa.models.types import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from recursa.runtime import accounts
 
 
 def per_million(input_price: float, output_price: float):  # type: ignore[no-untyped-def]
@@ -99,3 +109,35 @@ def test_a_call_too_small_to_be_useful_is_refused() -> None:
     assert isinstance(
         budgets.admit(chain, input_chars=90, wanted_output=None, now=0, cost_of=FREE), TurnStop
     )
+
+
+def test_a_conversation_is_counted_once_per_message_as_it_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[object] = []
+    count = accounts._chars
+
+    def counting(message: Message) -> int:
+        seen.append(message)
+        return count(message)
+
+    monkeypatch.setattr(accounts, "_chars", counting)
+    history: tuple[Message, ...] = (
+        UserMessage("four"),
+        AssistantMessage("ok", (ToolCall("c1", "python", '{"code": "1"}'),)),
+        ToolResult("c1", "1"),
+        AssistantMessage("done"),
+    )
+    counted = accounts._Counted()
+
+    def fresh(messages: tuple[Message, ...]) -> int:
+        return sum(map(count, messages))
+
+    assert counted.chars(history[:2]) == fresh(history[:2]) == 4 + 2 + 13
+    assert counted.chars(history) == fresh(history)
+    assert seen == list(history)  # the first two were not counted again
+    seen.clear()
+    compacted = (UserMessage("summary"), *history[2:])
+    assert counted.chars(compacted) == fresh(compacted)
+    assert seen == list(compacted)  # not an extension: counted whole
+    assert counted.chars(()) == 0

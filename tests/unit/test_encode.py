@@ -106,3 +106,25 @@ def test_a_message_is_translated_once_per_conversation() -> None:
     kept.pieces("d", HISTORY[:1])
     kept.pieces("c", HISTORY[:1])
     assert translated == [HISTORY[0]]  # "d" was kept, "c" was not
+
+
+def test_kept_pieces_equal_a_fresh_encoding_through_growth_and_any_other_change() -> None:
+    def translate(message: Message) -> list[dict[str, object]]:
+        return list(translate_message(message))  # type: ignore[arg-type]
+
+    kept = MessageJSON(translate)
+    changes = [
+        HISTORY[:1],
+        HISTORY[:2],
+        HISTORY,  # grown: only the new ones are encoded
+        HISTORY,  # the same again
+        HISTORY[1:],  # the first left (a compaction)
+        (*HISTORY[1:], HISTORY[0]),  # reordered
+        (),
+        HISTORY,
+    ]
+    for messages in changes:
+        pieces = kept.pieces("c", messages)
+        assert pieces == kept.pieces(None, messages)
+        pieces.insert(0, '{"role":"system"}')  # the caller's own list (encode() does this)
+        assert kept.pieces("c", messages) == kept.pieces(None, messages)

@@ -17,9 +17,10 @@ import functools
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from recursa.models.types import Message
+from recursa.models.types import Message, extends
 
 dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """``json.dumps`` as the SDKs call it for a request body (``openapi_dumps``)."""
@@ -32,6 +33,11 @@ class MessageJSON:
     """Each message's JSON (its ``translate``\\ d parts, encoded), kept per
     conversation for as long as the message object is in it.
 
+    A conversation grows by appending, so the usual call sends the last
+    call's messages and a few more: those are found by identity, in one pass
+    in C, and only the new ones are encoded. Any other change (a compaction,
+    an edit) finds each message's JSON by its ``id`` instead.
+
     Invariant: a kept piece belongs to the very message object it was made
     from (held here, so its ``id`` cannot be reused while it is kept)."""
 
@@ -43,30 +49,41 @@ class MessageJSON:
     ) -> None:
         self._translate = translate
         self._limit = conversations
-        self._kept: OrderedDict[str, dict[int, tuple[Message, str]]] = OrderedDict()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
 
     def pieces(self, conversation: str | None, messages: Sequence[Message]) -> list[str]:
         """The JSON of ``messages``' parts, in order (a message with no parts
         gives none); kept for ``conversation`` when it is named."""
         if conversation is None:
             return [piece for m in messages if (piece := self._encode(m))]
-        before = self._kept.pop(conversation, {})
-        now: dict[int, tuple[Message, str]] = {}
-        out: list[str] = []
-        for message in messages:
-            kept = before.get(id(message))
-            if kept is None or kept[0] is not message:
-                kept = (message, self._encode(message))
-            now[id(message)] = kept
-            if kept[1]:
-                out.append(kept[1])
-        self._kept[conversation] = now
+        now = tuple(messages)
+        before = self._kept.pop(conversation, None)
+        if before is not None and extends(before.messages, now):
+            added = [self._encode(m) for m in now[len(before.messages) :]]
+            kept = _Kept(now, before.each + added, before.out + [p for p in added if p])
+        else:
+            held = before.messages if before else ()
+            known = dict(zip(map(id, held), before.each if before else (), strict=True))
+            # before still holds its messages, so an id in known is still theirs.
+            each = [known[id(m)] if id(m) in known else self._encode(m) for m in now]
+            kept = _Kept(now, each, [p for p in each if p])
+        self._kept[conversation] = kept
         while len(self._kept) > self._limit:
             self._kept.popitem(last=False)
-        return out
+        return list(kept.out)
 
     def _encode(self, message: Message) -> str:
         return ",".join(dumps(part) for part in self._translate(message))
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    messages: tuple[Message, ...]
+    """The conversation as last sent (held, so their ids stay theirs)."""
+    each: list[str]
+    """Each message's JSON, ``""`` for one with no parts."""
+    out: list[str]
+    """The non-empty ones, in order: what :meth:`MessageJSON.pieces` returns a copy of."""
 
 
 def encode_body(body: Mapping[str, Any], key: str, pieces: Sequence[str]) -> bytes:

@@ -18,7 +18,8 @@ Messages are provider-neutral; each adapter translates them to its wire format.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import operator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -201,6 +202,12 @@ class Provider(Protocol):
         ...
 
 
+def extends(before: Sequence[object], after: Sequence[object]) -> bool:
+    """``after`` is ``before`` (the same objects, in order) and perhaps more: how
+    a conversation grows from one call to the next (checked in one pass in C)."""
+    return len(after) >= len(before) and all(map(operator.is_, before, after))
+
+
 __all__ = [
     "AssistantMessage",
     "Done",
@@ -219,4 +226,5 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "extends",
 ]

@@ -15,13 +15,20 @@ first used, and kept in the budgets from then on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from recursa.config import DEFAULT_MAX_RETRIES, Config
 from recursa.control.budget import Admission, Budgets, Limit, Spent, Ticket
 from recursa.models import catalog
 from recursa.models.registry import Providers, parse_ref
-from recursa.models.types import AssistantMessage, Message, Request, StreamEvent, Usage
+from recursa.models.types import (
+    AssistantMessage,
+    Message,
+    Request,
+    StreamEvent,
+    Usage,
+    extends,
+)
 from recursa.session.gateway import Gateway, GatewayDeps
 from recursa.store import SessionRow, Store
 
@@ -74,10 +81,12 @@ class Accounts:
         def call(request: Request) -> AsyncIterator[StreamEvent]:
             return provider.stream(request)
 
+        counted = _Counted()
+
         def admit(request: Request) -> Admission:
             if session_id is None:
                 return Ticket(0, None)
-            chars = len(request.system) + sum(map(_chars, request.messages))
+            chars = len(request.system) + counted.chars(request.messages)
             return self.budgets.admit(
                 self.chain(session_id),
                 input_chars=chars,
@@ -138,6 +147,26 @@ class Accounts:
     def forget(self, session_id: str) -> None:
         """Drop what is kept for a deleted session."""
         self._chains.pop(session_id, None)
+
+
+class _Counted:
+    """The characters of a gateway's conversation, each message counted once:
+    a conversation grows by appending, so a call counts the messages added
+    since the last (found by identity, in one pass in C). Any other change
+    (a compaction) is counted whole."""
+
+    def __init__(self) -> None:
+        self._messages: tuple[Message, ...] = ()
+        self._chars = 0
+
+    def chars(self, messages: Sequence[Message]) -> int:
+        now, before = tuple(messages), self._messages
+        if extends(before, now):
+            total = self._chars + sum(map(_chars, now[len(before) :]))
+        else:
+            total = sum(map(_chars, now))
+        self._messages, self._chars = now, total
+        return total
 
 
 def _chars(message: Message) -> int:
