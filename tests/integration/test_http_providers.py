@@ -291,9 +291,7 @@ async def test_an_unreachable_server_is_a_network_failure(tmp_path: Path, vendor
         await provider.aclose()
     assert isinstance(failed, Failed)
     assert failed.kind == "network"
-    # The backend's own words, not its translation (OpenAI's copy of the aiohttp
-    # backend calls a refused connection a ConnectTimeout).
-    assert "Cannot connect to host" in failed.message
+    assert failed.message.startswith(f"{vendor}: connection failed: ConnectError")
     assert "timeout" not in failed.message.lower()
 
 

@@ -16,16 +16,6 @@ stay the SDK's. The body of the response is read as raw bytes, decoded by
 :mod:`recursa.models._sse`, and turned into :data:`StreamEvent` values by a
 vendor's :class:`StreamReader` straight from ``json.loads`` output, without
 the SDKs' per-chunk pydantic objects.
-
-Under the SDK, HTTP is aiohttp, through the SDKs' own ``DefaultAioHttpClient``
-(their ``aiohttp`` extra) rather than their default httpx2 transport: the same
-request costs half the CPU (0.66 against 1.1-1.3 ms a streamed call here,
-``benchmarks/sdk_transport.py``), on every step. The SDK still builds the
-request and raises its own errors; the backend's exceptions reach them
-translated to httpx2's. One translation is wrong: the OpenAI SDK's copy of the
-backend reports every aiohttp connection error (a refused connection, a
-server that hung up) as ``ConnectTimeout``. :func:`_timed_out` looks at the
-cause, so those are network failures here, as on httpx2.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-import aiohttp
 import anyio
 import httpx2
 
@@ -52,9 +41,8 @@ DRAIN_SECONDS = 0.1
 that holds it open longer loses the connection instead of delaying the reply.
 The SDKs allow the same."""
 
-_BROKEN = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream, aiohttp.ClientError)
-"""What a connection that breaks mid-body raises (the SDKs' own list, and
-aiohttp's errors the backend leaves untranslated)."""
+_BROKEN = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+"""What a connection that breaks mid-body raises (the SDKs' own list)."""
 
 _MALFORMED = (ValueError, TypeError, AttributeError, KeyError)
 """What reading an event's data raises when it is not the JSON, or not the
@@ -95,7 +83,6 @@ class SDKProvider(Generic[C]):
         config: Config,
         *,
         client: Callable[..., C],
-        http_client: Callable[[], httpx2.AsyncClient],
         errors: SDKErrors,
         placeholder_key: str,
         key_required: bool,
@@ -125,11 +112,7 @@ class SDKProvider(Generic[C]):
         self._errors = errors
         self._secrets = tuple(s for s in {key, *config.secrets} if s != placeholder_key)
         self._client = client(
-            api_key=key,
-            base_url=table.base_url,
-            timeout=table.timeout,
-            max_retries=0,
-            http_client=http_client(),
+            api_key=key, base_url=table.base_url, timeout=table.timeout, max_retries=0
         )
 
     def info(self, model: str) -> ModelInfo:
@@ -180,15 +163,8 @@ class SDKProvider(Generic[C]):
                     break
             for event in reader.close():
                 yield event
-        except httpx2.TimeoutException as exc:
-            if _timed_out(exc):
-                yield _errors.failure(
-                    self.name, "timeout", f"{self.stall_detail} {self._timeout:g} s"
-                )
-            else:
-                yield _errors.failure(
-                    self.name, "malformed", f"cut short: {_cause(exc)}", self._secrets
-                )
+        except httpx2.TimeoutException:
+            yield _errors.failure(self.name, "timeout", f"{self.stall_detail} {self._timeout:g} s")
         except _BROKEN as exc:
             yield _errors.failure(
                 self.name, "malformed", f"cut short: {_named(exc)}", self._secrets
@@ -206,7 +182,7 @@ class SDKProvider(Generic[C]):
         an invalid response; None for the vendor's own errors. (Once the body
         streams, :meth:`_run` translates the transport's errors itself.)"""
         name, secrets = self.name, self._secrets
-        if isinstance(exc, self._errors.timeout) and _timed_out(exc):
+        if isinstance(exc, self._errors.timeout):
             return _errors.failure(
                 name, "timeout", f"no response within {self._timeout:g} s", secrets
             )
@@ -329,31 +305,11 @@ def _named(exc: BaseException) -> str:
 
 
 def _cause(exc: BaseException) -> str:
-    """The transport error under an SDK connection error, which says more (the
-    backend's own, under a translation that named it wrongly)."""
-    cause = _aiohttp_cause(exc) or exc.__cause__ or exc.__context__
+    """The transport error under an SDK connection error, which says more."""
+    cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause):
         return f"{type(cause).__name__}: {cause}"
     return str(exc)
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """Whether a timeout the SDK or its backend raised is one: not when
-    aiohttp's error under it is not (see the module's docstring)."""
-    cause = _aiohttp_cause(exc)
-    return cause is None or isinstance(cause, TimeoutError)
-
-
-def _aiohttp_cause(exc: BaseException) -> BaseException | None:
-    """The aiohttp error in ``exc``'s chain of causes, if any."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, aiohttp.ClientError):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 __all__ = [

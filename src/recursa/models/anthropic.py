@@ -113,7 +113,6 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
             table,
             config,
             client=anthropic.AsyncAnthropic,
-            http_client=anthropic.DefaultAioHttpClient,
             errors=_SDK_ERRORS,
             placeholder_key=PLACEHOLDER_API_KEY,
             key_required=table.base_url is None,

@@ -133,7 +133,6 @@ class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
             table,
             config,
             client=openai.AsyncOpenAI,
-            http_client=openai.DefaultAioHttpClient,
             errors=_SDK_ERRORS,
             placeholder_key=PLACEHOLDER_API_KEY,
             key_required=official,
