@@ -10,9 +10,14 @@ skip. The daemon calls it when it begins serving, and the provider registry
 after it first imports a provider's module (the SDKs are imported on first
 use).
 
-What is frozen is never collected: garbage that happens to exist at that
-moment is kept. That is a one-time cost of a few objects, against a walk over
-all of them in every full collection.
+It collects first, so no garbage is frozen. What is frozen is never
+collected: an object alive at that moment that later becomes garbage in a
+reference cycle is kept. The daemon's own call comes before it serves; a
+provider's comes during a session's first model call, so that session's
+objects of the moment are kept if they end in a cycle. That happens once per
+provider kind, against a walk over every long-lived object in every full
+collection. The collection costs about 20 ms, once, beside the SDK's import
+(about 0.45 s for OpenAI's).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import gc
 
 
 def settle() -> None:
-    """Exempt every object alive now from the collector's scans."""
+    """Collect, then exempt every object alive now from the collector's scans."""
+    gc.collect()
     gc.freeze()
 
 

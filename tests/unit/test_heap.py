@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from recursa.models import registry
+
+
+class Node:
+    self: Node
 
 
 @pytest.fixture
@@ -32,8 +37,13 @@ def fresh_provider_module(tmp_path: Path) -> Iterator[str]:
 def test_a_provider_module_first_imported_is_frozen_once(fresh_provider_module: str) -> None:
     build = registry._lazy(fresh_provider_module, "make")
     assert gc.get_freeze_count() == 0
+    cycle = Node()
+    cycle.self = cycle
+    garbage = weakref.ref(cycle)
+    del cycle
 
     assert build(1) == ("provider", (1,))
+    assert garbage() is None  # collected before the freeze, not kept forever
 
     frozen = gc.get_freeze_count()
     assert frozen > 0  # the new module's class and functions with everything else alive
