@@ -169,33 +169,6 @@ async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) 
     assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)
 
 
-async def test_a_cell_is_transformed_once_and_never_with_a_stale_namespace(
-    kernel: Kernel,
-) -> None:
-    # ipykernel and IPython's run_cell each transformed a cell's text; the
-    # second now reuses the first's result, within one request only.
-    counting = (
-        "_seen = []\n"
-        "def _count(lines):\n"
-        "    _seen.append(''.join(lines))\n"
-        "    return lines\n"
-        "get_ipython().input_transformers_post.append(_count)"
-    )
-    assert (await kernel.execute(counting, timeout=10)).status == "ok"
-    for code in ("x = 1", "x = 1", "import asyncio\nawait asyncio.sleep(0)"):
-        assert (await kernel.execute(code, timeout=10)).status == "ok"
-    seen = await kernel.execute("print(len(_seen), repr(_seen[0]))", timeout=10)
-    # One transform per cell (the two above and this one's own), none twice.
-    assert seen.parts == (OutputPart("stdout", "4 'x = 1\\n'\n"),)
-    # A transform that depends on the namespace follows it from one request to
-    # the next: `pwd` is the magic until a variable takes the name.
-    magic = await kernel.execute("pwd", timeout=10)
-    assert magic.status == "ok" and magic.parts[0].text.startswith("'/")
-    assert (await kernel.execute("pwd = 'mine'", timeout=10)).status == "ok"
-    mine = await kernel.execute("pwd", timeout=10)
-    assert mine.parts == (OutputPart("result", "'mine'"),)
-
-
 ONE_SHELL_THREAD = (
     "import asyncio, threading\n"
     "k = get_ipython().kernel\n"

@@ -99,13 +99,12 @@ def lighten_requests(shell: Any) -> None:
     - traitlets leaves the kernel's logger at DEBUG and filters in its
       handlers, so each request builds a dozen log records nobody prints; the
       logger now stops at the lowest level its handlers print;
-    - ipykernel inspects ``run_cell``'s and ``do_execute``'s signatures on
-      every execute request (``_accepts_parameters``, which ``ipykernel.ipkernel``
-      imports by name); the answer is kept per method, in both modules;
+    - ipykernel inspects ``run_cell``'s signature on every execute request
+      (``_accepts_parameters``, called from ``ipykernel.ipkernel``, which
+      imports it by name; ``ipykernel.kernelbase`` calls it once, at start);
+      the answer is kept per method, under both names;
     - ``execute_input``, the broadcast of each cell's code to other frontends,
-      is not sent: the harness is the kernel's only client and has the code;
-    - ipykernel transforms a cell's text to decide how to run it, then IPython's
-      ``run_cell`` transforms the same text again (:func:`_transformed_once`).
+      is not sent: the harness is the kernel's only client and has the code.
 
     Skipped, piece by piece, where ipykernel's internals differ."""
     log = getattr(getattr(shell, "kernel", None), "log", None)
@@ -121,44 +120,10 @@ def lighten_requests(shell: Any) -> None:
         accepts = getattr(module, "_accepts_parameters", None)
         if module is not None and callable(accepts) and not hasattr(accepts, "recursa_cached"):
             module._accepts_parameters = _cached_answers(accepts)  # type: ignore[attr-defined]
-    transform = getattr(shell, "transform_cell", None)
-    events = getattr(shell, "events", None)
-    if callable(transform) and events is not None and not hasattr(transform, "recursa_once"):
-        shell.transform_cell = _transformed_once(transform, events)
 
 
 def _no_broadcast(*args: object, **kwargs: object) -> None:
     """In place of ipykernel's ``execute_input`` message: nobody else listens."""
-
-
-def _transformed_once(transform: Callable[[str], str], events: Any) -> Callable[[str], str]:
-    """``transform`` that gives its last result again when asked for the same
-    text within one execute request, then forgets it.
-
-    For a cell that does not ``await``, ipykernel's ``do_execute`` transforms
-    the text (to ask whether it must run as a coroutine) and IPython's
-    ``run_cell`` then transforms it again, with nothing run in between: the
-    same answer, computed twice (tokenizing, prefiltering). A transform can
-    depend on the namespace (an unescaped magic is one only while no variable
-    has its name), so nothing is kept past the request: ``post_run_cell``
-    forgets it, and so does the repeat that uses it. A transform that raises
-    keeps nothing."""
-    kept: list[tuple[str, str]] = []
-
-    def transform_cell(raw_cell: str) -> str:
-        if kept and kept[0][0] == raw_cell:
-            return kept.pop()[1]
-        kept.clear()
-        cell = transform(raw_cell)
-        kept.append((raw_cell, cell))
-        return cell
-
-    def forget(*args: object) -> None:
-        kept.clear()
-
-    events.register("post_run_cell", forget)
-    transform_cell.recursa_once = True  # type: ignore[attr-defined]
-    return transform_cell
 
 
 def _cached_answers(accepts: Callable[[Any, list[str]], Any]) -> Callable[..., Any]:
