@@ -1,5 +1,6 @@
-"""Long-lived objects leave the collector's full scans: after a provider's
-module is first imported (the SDKs are the bulk of the daemon's objects)."""
+"""Long-lived objects leave the collector's full scans after a provider's
+module is first imported (the SDKs are the bulk of the daemon's objects), in
+a process that enabled it (the daemon), and in no other."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from recursa import heap
 from recursa.models import registry
 
 
@@ -26,9 +28,11 @@ def fresh_provider_module(tmp_path: Path) -> Iterator[str]:
     )
     sys.path.insert(0, str(tmp_path))
     gc.unfreeze()
+    heap.enable()
     try:
         yield name
     finally:
+        heap.enable(False)
         sys.path.remove(str(tmp_path))
         sys.modules.pop(name, None)
         gc.unfreeze()
@@ -52,3 +56,9 @@ def test_a_provider_module_first_imported_is_frozen_once(fresh_provider_module: 
 
     assert build(2) == ("provider", (2,))
     assert gc.get_freeze_count() == frozen  # imported already: nothing new frozen
+
+
+def test_a_process_that_did_not_enable_it_is_left_alone(fresh_provider_module: str) -> None:
+    heap.enable(False)  # the fixture enabled it, as the daemon does
+    assert registry._lazy(fresh_provider_module, "make")(3) == ("provider", (3,))
+    assert gc.get_freeze_count() == 0  # not the daemon: the heap is not ours to freeze
