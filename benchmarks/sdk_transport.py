@@ -14,14 +14,15 @@ client's CPU per call (the fake server's CPU is its own process's), after
 ``--warm`` calls; rounds alternate the backends, with the load average
 beside them. On a shared machine, compare the two columns of one round.
 
-Measured here (2 cores): aiohttp takes about half the client CPU of a call
+Measured here (2 cores): aiohttp takes about 40% less client CPU a call
 (0.63-0.71 against 1.02-1.28 ms). recursa does not use it, for what it does
 with a hostile or broken server, checked with aiohttp 3.14.5 under openai
 3.60 and anthropic 2.17:
 
 - a chunked body with a framing error (a bad chunk size, a missing CRLF)
-  waits forever: the parser stops the read timer and the body's reader is
-  never told, so no timeout fires; httpx2 fails the call as malformed;
+  after the body has begun waits forever under aiohttp's C parser: it stops
+  the read timer and the body's reader is never told, so no timeout fires;
+  httpx2 fails the call as malformed;
 - a malformed response head (a bad status line, a header over 8190 bytes)
   escapes the OpenAI SDK as a raw aiohttp error instead of its connection
   error;

@@ -330,12 +330,12 @@ async def test_a_stream_that_stalls_mid_body_times_out(
 ) -> None:
     first_text = {"openai": 2, "anthropic": 4}[vendor]  # the events up to the first text
     server.push(Reply(text="one two three four", chunk=4, stall_after=first_text))
-    provider = make(vendor, timeout=0.3)
+    provider = make(vendor, timeout=1.0)
     events = await collect(provider.stream(request(vendor)))
     failed = events[-1]
     assert isinstance(failed, Failed)
     assert failed.kind == "timeout"
-    assert failed.message.endswith(f"{provider.stall_detail} 0.3 s")  # type: ignore[attr-defined]
+    assert failed.message.endswith(f"{provider.stall_detail} 1 s")  # type: ignore[attr-defined]
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["one "]
 
 
