@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import operator
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from recursa.errors import FailureKind
+from recursa.values import frozen
 
 StopReason = Literal["end", "tool_calls", "max_tokens", "stop_sequence", "other"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolSpec:
     """A tool offered to the model. ``parameters`` is a JSON Schema object."""
 
@@ -37,7 +38,7 @@ class ToolSpec:
     parameters: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolCall:
     """One tool call as the model made it. ``arguments`` is the raw JSON text,
     unparsed: malformed arguments are the model's mistake, handled by the caller."""
@@ -47,20 +48,20 @@ class ToolCall:
     arguments: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UserMessage:
     text: str
     role: Literal["user"] = "user"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AssistantMessage:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     role: Literal["assistant"] = "assistant"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolResult:
     """The result of one tool call, answered in the next request."""
 
@@ -73,7 +74,7 @@ class ToolResult:
 Message = UserMessage | AssistantMessage | ToolResult
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Request:
     """One model call. ``model`` is the provider's own model name (no prefix).
 
@@ -91,7 +92,7 @@ class Request:
     cache_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Usage:
     """Tokens of one call. ``input_tokens`` counts every prompt token, cached or not;
     ``cached_tokens`` is the part read from a prompt cache; ``cache_write_tokens``
@@ -119,13 +120,13 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TextDelta:
     text: str
     type: Literal["text_delta"] = "text_delta"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolCallDelta:
     """A piece of tool call ``index``: ``id`` and ``name`` arrive with the first piece."""
 
@@ -136,7 +137,7 @@ class ToolCallDelta:
     type: Literal["tool_call_delta"] = "tool_call_delta"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Retrying:
     """The call failed with a retryable kind and is being made again after ``delay`` seconds.
     Anything streamed since the last ``Retrying`` (or the start) is void."""
@@ -148,7 +149,7 @@ class Retrying:
     type: Literal["retrying"] = "retrying"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Done:
     message: AssistantMessage
     usage: Usage
@@ -156,7 +157,7 @@ class Done:
     type: Literal["done"] = "done"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Failed:
     kind: FailureKind
     message: str
@@ -168,7 +169,7 @@ class Failed:
 StreamEvent = TextDelta | ToolCallDelta | Retrying | Done | Failed
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ModelInfo:
     """What the harness needs to know about a model.
 

@@ -15,14 +15,14 @@ and ends with exactly one :class:`CallEnded`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Protocol
 
 from recursa.models.types import Done, Failed, Request
 from recursa.protocol.events import ModelRetry, ModelUsage, TextDelta, TurnEndReason
+from recursa.values import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Refused:
     """The gateway made no call: a budget of the caller's subtree is spent.
     ``detail`` is one line for the user and the log."""
@@ -31,7 +31,7 @@ class Refused:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CallEnded:
     """The end of one gateway call. ``usage`` is the call's one usage event
     (set exactly when ``outcome`` is a ``Done``); the caller records it."""

@@ -10,10 +10,10 @@ build and read them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from recursa.protocol.fields import Name, Positive, Text
+from recursa.values import frozen
 
 GoalStatus = Literal["active", "paused", "completed", "exhausted", "cleared"]
 """``active``: continued after each turn; ``paused``: kept, not continued;
@@ -29,7 +29,7 @@ ScheduleStatus = Literal["active", "done", "cancelled"]
 ScheduleCreator = Literal["user", "model"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GoalInfo:
     """A session's goal. ``used``: tokens (input plus output) of the session's
     whole subtree since the goal was set (until it ended); ``remaining``: of the budget
@@ -50,7 +50,7 @@ class GoalInfo:
     ended_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SetGoal:
     """``recursa goal set SESSION OBJECTIVE [--budget TOKENS]``."""
 
@@ -58,14 +58,14 @@ class SetGoal:
     budget: Positive | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CompleteGoal:
     """``goal.complete(summary)`` from a kernel."""
 
     summary: Text = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ScheduleInfo:
     """A scheduled job. ``spec`` is its canonical form (``every 10m``, ``in 30m``,
     ``0 9 * * 1-5``); ``next_at`` the next tick (unix seconds; None once
@@ -89,7 +89,7 @@ class ScheduleInfo:
     created_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AddSchedule:
     """``recursa schedule add SESSION SPEC -- PROMPT`` and ``heartbeat.create``."""
 
@@ -99,7 +99,7 @@ class AddSchedule:
     label: Name | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UpdateSchedule:
     """``heartbeat.update(job, ...)``: the fields given change; a new ``spec``
     restarts the job's clock from now."""

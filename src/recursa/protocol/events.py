@@ -34,12 +34,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, get_args
 
 from recursa.errors import FailureKind
 from recursa.models.types import ToolCall
 from recursa.protocol.common import PROTOCOL_VERSION, SessionStatus, json_text
+from recursa.values import frozen
 
 InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule", "goal", "gate"]
 CellStatus = Literal["ok", "error", "timeout", "interrupted", "kernel_died", "rejected"]
@@ -65,7 +66,7 @@ AutonomousOutcome = Literal["passed", "max_turns", "max_tokens", "max_cost", "ma
 """Why an autonomous run ended: every gate passed, a limit was reached, or a turn failed."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class SessionCreated:
     model: str
     cwd: str
@@ -74,7 +75,7 @@ class SessionCreated:
     type: Literal["session_created"] = "session_created"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class UserInput:
     """Input for the model. ``mode`` says how it was delivered: ``turn`` started
     a turn; ``steer`` was placed between cells of a running turn."""
@@ -91,7 +92,7 @@ InputOrigin = Literal["oversize", "file"]
 given on purpose (``recursa run --context-file``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class InputPlaced:
     """An input was put in the kernel as the variable ``name`` (a str) instead
     of in the model's context; the ``user_input`` after it describes it to the
@@ -107,13 +108,13 @@ class InputPlaced:
     type: Literal["input_placed"] = "input_placed"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class TurnStarted:
     turn: int
     type: Literal["turn_started"] = "turn_started"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class AssistantReply:
     """One complete model reply. In the fenced-code protocol ``tool_calls`` holds
     the code block found in ``text`` (with a generated id). ``cut_off``: the
@@ -128,7 +129,7 @@ class AssistantReply:
     type: Literal["assistant_reply"] = "assistant_reply"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class ModelUsage:
     """Usage of one model call. ``cost`` is USD, None when the price is unknown.
     ``estimated``: the provider reported no usage; the counts are estimates.
@@ -150,7 +151,7 @@ class ModelUsage:
     type: Literal["model_usage"] = "model_usage"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class ModelRetry:
     kind: FailureKind
     message: str
@@ -159,7 +160,7 @@ class ModelRetry:
     type: Literal["model_retry"] = "model_retry"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CellStarted:
     cell: int
     call_id: str
@@ -167,7 +168,7 @@ class CellStarted:
     type: Literal["cell_started"] = "cell_started"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CellFinished:
     """A cell's outcome. ``output`` is what the model was shown (bounded);
     ``chars`` is the full output's length; the full text is in the store and,
@@ -183,21 +184,21 @@ class CellFinished:
     type: Literal["cell_finished"] = "cell_finished"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class KernelStatus:
     state: KernelState
     detail: str = ""
     type: Literal["kernel_status"] = "kernel_status"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Notice:
     text: str
     level: NoticeLevel = "info"
     type: Literal["notice"] = "notice"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class TurnEnded:
     turn: int
     reason: TurnEndReason
@@ -210,7 +211,7 @@ CompactReason = Literal["auto", "agent"]
 """``auto``: the context neared the model's window; ``agent``: ``compact.run()``."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class Compacted:
     """The model's context was compacted: the messages of every event up to
     ``through`` (a seq), and the summary of any earlier compaction, are replaced
@@ -226,7 +227,7 @@ class Compacted:
     type: Literal["compacted"] = "compacted"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadMessage:
     """One message as ``agent_message.inbox()`` took it."""
 
@@ -236,7 +237,7 @@ class ReadMessage:
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class InboxRead:
     """Messages a cell took with ``agent_message.inbox()``: they reach the model
     as that cell's output, so they are not also put in its context."""
@@ -245,13 +246,13 @@ class InboxRead:
     type: Literal["inbox_read"] = "inbox_read"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class StatusChanged:
     status: SessionStatus
     type: Literal["status_changed"] = "status_changed"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class GateChecked:
     """An autonomous run's end-condition gate, checked after turn ``turn``.
     ``output`` is what the model is shown (head and tail, bounded); ``chars``
@@ -269,7 +270,7 @@ class GateChecked:
     type: Literal["gate_checked"] = "gate_checked"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class AutonomousEnded:
     """An autonomous run is over: ``detail`` says exactly why, in one line
     (``autonomous: gates passed (2/2)``). Only ``passed`` is success."""
@@ -280,7 +281,7 @@ class AutonomousEnded:
     type: Literal["autonomous_ended"] = "autonomous_ended"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class CellOutput:
     """Transient: output of a running cell as it arrives. Never stored."""
 
@@ -290,7 +291,7 @@ class CellOutput:
     type: Literal["cell_output"] = "cell_output"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@frozen(kw_only=True)
 class TextDelta:
     """Transient: a piece of the reply being streamed. Never stored."""
 
@@ -327,7 +328,7 @@ EVENT_TYPES: dict[str, type[Any]] = {
 TRANSIENT_TYPES: frozenset[str] = frozenset({"text_delta", "cell_output"})
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EventRecord:
     """A stored event: its global order ``seq``, its session and its time (unix seconds).
     Transient events travel in records too, with ``seq == 0``."""

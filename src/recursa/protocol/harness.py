@@ -6,8 +6,10 @@ passes; the store keeps versions (:mod:`recursa.store.harness`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, get_args
+
+from recursa.values import frozen
 
 Kind = Literal["prompt_note", "memory", "skill", "subagent_spec"]
 Scope = Literal["local", "global"]
@@ -23,7 +25,7 @@ SPEC_FIELDS = ("model", "budget", "description")
 """What a ``subagent_spec`` may carry in ``meta`` besides its instructions (``content``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EntryVersion:
     """One version of one entry (a row of ``harness_entries``)."""
 
@@ -64,7 +66,7 @@ class EntryVersion:
         return self.scope == "global" or self.session_id in (session_id, *lineage)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Provenance:
     """Why an edit was made, and from what."""
 
@@ -74,7 +76,7 @@ class Provenance:
     refinement_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Edit:
     """A change asked for by the model, a refinement or a person: staged, then
     applied at the session's next turn boundary.

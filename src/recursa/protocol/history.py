@@ -9,7 +9,7 @@ the part of it a hit shows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -33,6 +33,7 @@ from recursa.protocol.events import (
 )
 from recursa.protocol.fields import Count, Instructions, Name
 from recursa.validation import within
+from recursa.values import frozen
 
 DEFAULT_SEARCH_RESULTS = 20
 MAX_SEARCH_RESULTS = 200
@@ -43,7 +44,7 @@ EXCERPT_CHARS = 400
 MAX_QUERY_CHARS = 2000
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HistoryHit:
     """One event that matched a search. ``text`` is an excerpt around the first
     match; ``full``: it comes from the complete output of cell ``cell`` kept in
@@ -59,7 +60,7 @@ class HistoryHit:
     full: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HistoryEvent:
     """A stored event with the number of the turn it belongs to (None: between turns)."""
 
@@ -72,13 +73,13 @@ class HistoryEvent:
         return {**record_to_dict(self.record), "turn": self.turn}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SearchRequest:
     query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
     limit: Annotated[int, within(1, MAX_SEARCH_RESULTS)] = DEFAULT_SEARCH_RESULTS
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EventsRequest:
     """``type``: only events of that type; ``after``: events with a seq above it,
     oldest first (None: the newest ``limit`` events, oldest first)."""
@@ -88,12 +89,12 @@ class EventsRequest:
     limit: Annotated[int, within(1, MAX_EVENTS)] = DEFAULT_EVENTS
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CompactRequest:
     instructions: Instructions = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CompactReply:
     """What ``compact.run()`` did: ``compacted`` False says why not in ``detail``."""
 

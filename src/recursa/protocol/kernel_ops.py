@@ -11,8 +11,6 @@ bounded by :data:`~recursa.protocol.fields.MAX_WAIT_SECONDS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from recursa.protocol.control import (
     AddSchedule,
     CompleteGoal,
@@ -44,6 +42,7 @@ from recursa.protocol.wire import (
     RefineRequest,
     Spawn,
 )
+from recursa.values import frozen
 
 REFINE_TIMEOUT = 600.0
 COMPACT_TIMEOUT = 600.0
@@ -54,49 +53,49 @@ LLM_TIMEOUT = 900.0
 # -- requests and replies -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ChildRef:
     ref: Name
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ChildWait(ChildRef):
     """Wait up to ``timeout`` seconds (None: no limit) for the child's work to end."""
 
     timeout: Wait | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class InboxWait:
     """Wait up to ``wait`` seconds for a message when none is queued."""
 
     wait: Wait = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TurnRef:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CellRef:
     cell: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CellOutput:
     cell: int
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class JobLabel:
     """One of the caller's jobs, by id or label."""
 
     job: FilledName
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class JobUpdate:
     """A change to one of the caller's jobs; None leaves a field as it is."""
 
@@ -111,7 +110,7 @@ class JobUpdate:
         return UpdateSchedule(prompt=self.prompt, spec=self.spec, mode=self.mode, label=self.label)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LlmCall:
     """``llm(prompt, model=..., system=..., max_tokens=...)``: one model call with
     no tools, on behalf of the caller. ``model`` None: the caller's own model;
@@ -124,7 +123,7 @@ class LlmCall:
     max_tokens: Positive | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LlmReply:
     """The reply to an :class:`LlmCall`: its text, the model that wrote it, its
     tokens and cost (USD; None when the price is unknown). ``cut_off``: the

@@ -32,6 +32,7 @@ from typing import Any, Generic, Literal, TypeVar, Union, get_args, get_origin, 
 from urllib.parse import quote
 
 from recursa.protocol.wire import from_json, to_json
+from recursa.values import frozen
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Audience = Literal["person", "kernel"]
@@ -43,7 +44,7 @@ _PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _QUERY_METHODS = ("GET", "DELETE")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Ack:
     """The reply of an operation that only says it was accepted."""
 

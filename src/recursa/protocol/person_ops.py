@@ -10,7 +10,6 @@ title ending in ``/diff`` is reached by its id).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, cast
 
 from pydantic import Field
@@ -39,6 +38,7 @@ from recursa.protocol.wire import (
     Shutdown,
     UsageNode,
 )
+from recursa.values import frozen
 
 DEFAULT_LOG_LIMIT = 50
 MAX_IDS_CHARS = 64 * 1024
@@ -50,14 +50,14 @@ REFINE_TIMEOUT = 600.0
 # -- requests and replies -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SessionRef:
     """A request about one session; the requests extending it are too."""
 
     session: Name
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SendTo(SessionRef):
     """A message for a session, stored durably, then delivered by its mode."""
 
@@ -67,7 +67,7 @@ class SendTo(SessionRef):
     """Texts put in the kernel as variables before the model reads the message."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SessionsQuery:
     """``ids``: only these sessions (ids, comma-separated); None: every one."""
 
@@ -80,7 +80,7 @@ class SessionsQuery:
         return frozenset(part.strip() for part in self.ids.split(",") if part.strip())
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EventsQuery(SessionRef):
     """``in_progress`` (with ``follow``): after the stored records, the streamed
     pieces (``seq == 0``) of the reply or cell in progress, so a late watcher sees
@@ -98,7 +98,7 @@ class EventsQuery(SessionRef):
     before: Count | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class FeedQuery:
     """Every session's stored records with ``seq > after``, then (``follow``) new ones."""
 
@@ -106,24 +106,24 @@ class FeedQuery:
     follow: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class QuietWait(SessionRef):
     """Wait up to ``timeout`` seconds (None: the longest a long poll may) for quiet."""
 
     timeout: Wait | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Quiet:
     quiet: bool
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RefineSession(SessionRef):
     instructions: Instructions = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessQuery:
     """Filters of a harness listing; None: any."""
 
@@ -132,19 +132,19 @@ class HarnessQuery:
     status: Annotated[str, one_of(STATUSES)] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class LogQuery:
     limit: Count = DEFAULT_LOG_LIMIT
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class EntryRef:
     """A request about one harness entry; the requests extending it are too."""
 
     entry: Name
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DiffQuery(EntryRef):
     """Two versions of an entry (default: the newest and the one before)."""
 
@@ -152,35 +152,35 @@ class DiffQuery(EntryRef):
     to_version: Version | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Diff:
     diff: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Revert(EntryRef):
     """``to`` 0 is before the entry existed."""
 
     to: Version
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Decision(EntryRef):
     reason: Text = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GoalFor(SessionRef):
     objective: Text
     budget: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GoalChange(SessionRef):
     action: GoalAction
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ScheduleQuery:
     """Jobs of one session (None: all); ended ones too with ``finished``."""
 
@@ -188,7 +188,7 @@ class ScheduleQuery:
     finished: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ScheduleFor(SessionRef):
     spec: Name
     prompt: Text
@@ -202,7 +202,7 @@ class ScheduleFor(SessionRef):
         return AddSchedule(spec=self.spec, prompt=self.prompt, mode=mode, label=self.label)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class JobRef:
     job: int
 

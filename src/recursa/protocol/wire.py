@@ -26,7 +26,7 @@ pointless).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, ValidationInfo
@@ -53,6 +53,7 @@ from recursa.protocol.fields import (
 )
 from recursa.protocol.harness import Action, Actor, EntryVersion, Kind, Scope, Status
 from recursa.validation import one_line
+from recursa.values import frozen
 
 SendMode = Literal["auto", "steer", "follow_up"]
 ReceiptStatus = Literal["delivered", "queued"]
@@ -92,7 +93,7 @@ ERROR_STATUS: dict[ErrorKind, int] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Usage:
     """Token and cost totals; ``cost`` counts only priced calls."""
 
@@ -104,7 +105,7 @@ class Usage:
     unknown_cost_calls: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SessionInfo:
     """One session as ``recursa agents`` shows it."""
 
@@ -126,7 +127,7 @@ class SessionInfo:
     """When the cell it runs now started (unix seconds); None when no cell runs."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Autonomous:
     """``recursa run --autonomous``: turns go on until every gate (a shell
     command, run in the session's directory after each turn) exits 0, or a
@@ -145,7 +146,7 @@ KernelBackend = Literal["local", "gateway"]
 """Where a session's kernels run: processes of the daemon's host, or a Jupyter gateway's."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ContextFile:
     """A text given with a task (``recursa run --context-file``): the session
     puts it in its kernel as a variable (``context``, or numbered) before the
@@ -159,7 +160,7 @@ class ContextFile:
 ContextFiles = Annotated[tuple[ContextFile, ...], Field(max_length=MAX_ITEMS)]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CreateSession:
     """``recursa run``: a new root session, with its first task queued.
     ``autonomous``: the task runs in autonomous mode."""
@@ -181,14 +182,14 @@ class CreateSession:
     """Where the session's kernels run (``--kernel-backend``); None: ``[kernel] backend``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SendMessage:
     text: Text
     mode: SendMode = "auto"
     context_files: ContextFiles = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Receipt:
     """A message is stored durably before its receipt is returned."""
 
@@ -197,7 +198,7 @@ class Receipt:
     status: ReceiptStatus
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DaemonStatus:
     pid: int
     version: str
@@ -212,7 +213,7 @@ class DaemonStatus:
     """The newest stored event's seq: "now" for a watcher about to follow the feed."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Shutdown:
     force: bool = False
 
@@ -223,7 +224,7 @@ MessageTarget = str
 """``parent``, ``child:NAME``, ``sibling:NAME`` or ``all``."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Budget:
     """Limits for a session's whole subtree; None: no limit on that measure.
     ``time`` is wall-clock seconds from the session's creation."""
@@ -234,7 +235,7 @@ class Budget:
     time: PositiveSeconds | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Spawn:
     """``rlm(task, name=..., model=..., spec=..., budget=...)``."""
 
@@ -247,7 +248,7 @@ class Spawn:
     """Where the child's kernels run; None: where its parent's do."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Handle:
     """A sub-agent as its parent sees it. ``done``: its work has ended (it is idle
     or inactive with nothing queued, or deleted); ``answer`` its last final
@@ -266,7 +267,7 @@ class Handle:
     usage: Usage = field(default_factory=Usage)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AgentMessage:
     """``agent_message.send(text, to=..., mode=...)``."""
 
@@ -275,7 +276,7 @@ class AgentMessage:
     mode: SendMode = "auto"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class InboxMessage:
     """A message taken by ``agent_message.inbox()``."""
 
@@ -288,7 +289,7 @@ class InboxMessage:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UsageNode:
     """``recursa usage``: a session's own usage and its subtree's, with its children."""
 
@@ -299,7 +300,7 @@ class UsageNode:
     children: tuple[UsageNode, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CommandKey:
     """Identifies a mutating command for idempotency: the client's id (stable for
     one CLI process) and the command's (unique per command)."""
@@ -311,7 +312,7 @@ class CommandKey:
 # --- the Continual Harness: entries for clients and kernels ---------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessEntry:
     """One version of a harness entry (:class:`~recursa.protocol.harness.EntryVersion`)
     as clients and kernels see it; ``id`` is the entry's id."""
@@ -359,7 +360,7 @@ class HarnessEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessDetail:
     """``recursa harness show``: the newest version, every version oldest first,
     and the number of the version in force (None: none is, e.g. still proposed)."""
@@ -369,7 +370,7 @@ class HarnessDetail:
     effective: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessPrompt:
     """``recursa harness show --prompt``: exactly the supplement the session's
     next model call gets after the base system prompt, and its size."""
@@ -394,7 +395,7 @@ def _entry_for_op(entry: str | None, info: ValidationInfo) -> str | None:
     return entry
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessEdit:
     """``harness.create/update/delete/rollback(...)`` from a kernel: staged for the
     caller's next turn boundary. ``entry`` (an id, id prefix or title) names the
@@ -415,7 +416,7 @@ class HarnessEdit:
     effect: Text = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessReceipt:
     """A staged edit: the entry it is about (a create's new id), and when it applies."""
 
@@ -425,28 +426,28 @@ class HarnessReceipt:
     applies: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessDecision:
     """``recursa harness approve|reject ID --reason TEXT``."""
 
     reason: Text = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HarnessRevert:
     """``recursa harness revert ID --to V``: ``to`` 0 is before the entry existed."""
 
     to: Version
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RefineRequest:
     """``recursa refine`` and ``refine.run()``: extra instructions for the refinement."""
 
     instructions: Instructions = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RefineReply:
     """A refinement's outcome: the entries it staged edits for, and what it skipped."""
 
@@ -458,7 +459,7 @@ class RefineReply:
 HARNESS_OPS: tuple[EditOp, ...] = get_args(EditOp)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WireError:
     kind: ErrorKind
     message: str
