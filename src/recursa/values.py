@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import keyword
 import operator
 import reprlib
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -49,8 +51,17 @@ class _Template:
     pass
 
 
-_PARAMS = _Template.__dataclass_params__  # type: ignore[attr-defined]
-"""A frozen, slotted dataclass's parameters, as ``dataclasses`` made them."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _KeywordTemplate:
+    pass
+
+
+_PARAMS = {
+    False: _Template.__dataclass_params__,  # type: ignore[attr-defined]
+    True: _KeywordTemplate.__dataclass_params__,  # type: ignore[attr-defined]
+}
+"""A frozen, slotted dataclass's parameters as ``dataclasses`` makes them, by
+``kw_only`` (Python 3.12 and later record it, with ``slots`` and ``match_args``)."""
 
 
 @overload
@@ -79,18 +90,31 @@ def _build(cls: type[T], kw_only: bool) -> type[T]:
         cls, init=False, repr=False, eq=False, frozen=False, slots=True, kw_only=kw_only
     )
     fields = list(dataclasses.fields(made))  # type: ignore[arg-type]
+    if not all(f.name.isidentifier() and f.name != "self" for f in fields) or any(
+        keyword.iskeyword(f.name) for f in fields
+    ):
+        return dataclasses.dataclass(cls, frozen=True, slots=True, kw_only=kw_only)
     for name, method in _methods(made, fields).items():
         method.__qualname__ = f"{made.__qualname__}.{name}"
+        method.__module__ = made.__module__
         setattr(made, name, method)
-    made.__dataclass_params__ = _PARAMS  # type: ignore[attr-defined]
+    made.__dataclass_params__ = _PARAMS[kw_only]  # type: ignore[attr-defined]
     if not documented:
-        made.__doc__ = made.__name__ + str(inspect.signature(made)).replace(" -> None", "")
+        try:
+            signature = str(inspect.signature(made)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            signature = ""
+        made.__doc__ = made.__name__ + signature
     return made
 
 
 def _plain(cls: type) -> bool:
-    """Whether the fast path makes exactly what ``dataclasses`` would."""
-    if any(name in cls.__dict__ for name in (*_GENERATED, "__slots__", "__post_init__")):
+    """Whether the fast path makes exactly what ``dataclasses`` would: no
+    dataclass base, no ``__post_init__`` (its own or inherited), no ``InitVar``,
+    none of the generated methods of its own, no ``__slots__``."""
+    if any(name in cls.__dict__ for name in (*_GENERATED, "__slots__")):
+        return False
+    if hasattr(cls, "__post_init__"):
         return False
     if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
         return False
@@ -129,15 +153,16 @@ def _methods(cls: type[Any], fields: list[dataclasses.Field[Any]]) -> dict[str, 
             raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
 
+    # The instance's own fields, as dataclasses reads them: a subclass's too.
     def __getstate__(self: Any) -> list[Any]:
-        return [getattr(self, name) for name in names]
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
 
     def __setstate__(self: Any, state: list[Any]) -> None:
-        for name, value in zip(names, state, strict=False):
-            object.__setattr__(self, name, value)
+        for f, value in zip(dataclasses.fields(self), state, strict=False):
+            object.__setattr__(self, f.name, value)
 
     return {
-        "__init__": _init(fields),
+        "__init__": _init(cls, fields),
         "__repr__": reprlib.recursive_repr()(__repr__),
         "__eq__": __eq__,
         "__hash__": __hash__,
@@ -159,13 +184,22 @@ def _row(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     return operator.attrgetter(*names)
 
 
-def _init(fields: list[dataclasses.Field[Any]]) -> Any:
-    """``__init__``, written as dataclasses writes it for a frozen class."""
+def _init(cls: type[Any], fields: list[dataclasses.Field[Any]]) -> Any:
+    """``__init__``, written as dataclasses writes it for a frozen class, in
+    the class's module (whose names its annotations may use)."""
     scope: dict[str, Any] = {"__object": object, "__no_default": _HAS_FACTORY}
     params_std: list[str] = []
     params_kw: list[str] = []
     body: list[str] = []
+    defaulted = False
     for f in fields:
+        has_default = (
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        if f.init and not f.kw_only:
+            if defaulted and not has_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+            defaulted = defaulted or has_default
         annotation = f"__type_{f.name}"
         scope[annotation] = f.type
         if f.default is not dataclasses.MISSING:
@@ -197,8 +231,9 @@ def _init(fields: list[dataclasses.Field[Any]]) -> Any:
     namespace: dict[str, Any] = {}
     # Compiled without this module's ``from __future__ import annotations``, as
     # dataclasses compiles its text: the annotations are the fields' types.
+    module = sys.modules.get(cls.__module__)
     code = compile(source, "<string>", "exec", dont_inherit=True)
-    exec(code, {"__builtins__": __builtins__}, namespace)  # our own text, from field names
+    exec(code, vars(module) if module else {}, namespace)  # our own text, from field names
     return namespace["__create_fn__"](*scope.values())
 
 

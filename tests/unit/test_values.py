@@ -3,12 +3,16 @@ makes: checked on every class of the protocol and the model types against a
 twin built by ``dataclasses`` from the same fields."""
 
 from __future__ import annotations
+import __future__
 
 import copy
 import dataclasses
 import inspect
 import pickle
+import re
 import sys
+import textwrap
+import typing
 from typing import Any, ClassVar
 
 import pytest
@@ -51,28 +55,22 @@ CLASSES = [
 
 
 def twin(cls: type[Any]) -> type[Any]:
-    """The class ``dataclasses`` makes from ``cls``'s fields (same name and module)."""
-    specs = [
-        (
-            f.name,
-            f.type,
-            dataclasses.field(
-                default=f.default,
-                default_factory=f.default_factory,
-                init=f.init,
-                repr=f.repr,
-                hash=f.hash,
-                compare=f.compare,
-                kw_only=f.kw_only,  # type: ignore[arg-type]
-            ),
-        )
-        for f in dataclasses.fields(cls)
-    ]
-    made = dataclasses.make_dataclass(
-        cls.__name__, specs, frozen=True, slots=True, namespace={"__doc__": cls.__doc__}
+    """The class ``dataclasses`` makes from ``cls``'s own source (its
+    ``@frozen`` made ``@dataclass(frozen=True, slots=True)``), in a copy of its
+    module's namespace: nothing of what ``frozen`` made is reused."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    source, count = re.subn(
+        r"^@frozen(\(kw_only=True\))?$",
+        lambda m: "@__dc(frozen=True, slots=True" + (", kw_only=True)" if m[1] else ")"),
+        source,
+        count=1,
+        flags=re.MULTILINE,
     )
-    made.__module__ = cls.__module__
-    made.__qualname__ = cls.__qualname__
+    assert count == 1, source[:200]
+    namespace = {**vars(sys.modules[cls.__module__]), "__dc": dataclasses.dataclass}
+    flags = __future__.annotations.compiler_flag
+    exec(compile(source, f"<twin of {cls.__name__}>", "exec", flags, dont_inherit=True), namespace)
+    made: type[Any] = namespace[cls.__name__]
     return made
 
 
@@ -104,8 +102,10 @@ def test_a_class_behaves_as_dataclasses_makes_it(cls: type[Any]) -> None:
     assert cls.__match_args__ == ref.__match_args__
     assert cls.__slots__ == ref.__slots__
     assert cls.__doc__ == ref.__doc__
-    for name in ("init", "repr", "eq", "order", "unsafe_hash", "frozen"):
-        assert getattr(cls.__dataclass_params__, name) == getattr(ref.__dataclass_params__, name)
+    assert repr(cls.__dataclass_params__) == repr(ref.__dataclass_params__)  # every flag
+    # The annotations of __init__ resolve in the class's module, as dataclasses' do.
+    assert typing.get_type_hints(cls.__init__) == typing.get_type_hints(ref.__init__)
+    assert cls.__init__.__module__ == cls.__repr__.__module__ == cls.__module__
     assert [
         (f.name, f.default, f.default_factory, f.init, f.repr, f.hash, f.compare, f.kw_only)
         for f in dataclasses.fields(cls)
@@ -149,12 +149,13 @@ class _Shapes:
     """Every field shape the fast path takes."""
 
     plain: int
-    listed: list[int] = dataclasses.field(default_factory=list)
+    listed: list[int] = dataclasses.field(default_factory=list, hash=False)
     hidden: str = dataclasses.field(default="h", repr=False)
     uncompared: str = dataclasses.field(default="u", compare=False)
     unhashed: str = dataclasses.field(default="x", hash=False)
+    hashed_only: str = dataclasses.field(default="o", hash=True, compare=False)
     later: tuple[int, ...] = dataclasses.field(init=False, default=())
-    made: list[int] = dataclasses.field(init=False, default_factory=lambda: [1])
+    made: list[int] = dataclasses.field(init=False, default_factory=lambda: [1], hash=False)
     shared: ClassVar[int] = 3
 
 
@@ -186,14 +187,17 @@ def test_every_field_shape() -> None:
     assert value.listed == [] and value.listed is not _Shapes(plain=1).listed
     assert (value.later, value.made, _Shapes.shared) == ((), [1], 3)
     assert repr(value) == (
-        "_Shapes(plain=1, listed=[], uncompared='u', unhashed='x', later=(), made=[1])"
+        "_Shapes(plain=1, listed=[], uncompared='u', unhashed='x', hashed_only='o',"
+        " later=(), made=[1])"
     )
     assert value == _Shapes(plain=1, uncompared="other")
     assert value != _Shapes(plain=2)
-    assert hash(_Shapes(plain=1, unhashed="a").later) == hash(())
+    assert hash(_Shapes(plain=1, unhashed="a")) == hash(_Shapes(plain=1))  # hash=False
+    assert hash(_Shapes(plain=1, hashed_only="p")) != hash(_Shapes(plain=1))  # hash=True
+    assert _Shapes(plain=1, hashed_only="p") == _Shapes(plain=1)  # compare=False
     assert str(inspect.signature(_Shapes)) == (
         "(*, plain: 'int', listed: 'list[int]' = <factory>, hidden: 'str' = 'h',"
-        " uncompared: 'str' = 'u', unhashed: 'str' = 'x') -> None"
+        " uncompared: 'str' = 'u', unhashed: 'str' = 'x', hashed_only: 'str' = 'o') -> None"
     )
     with pytest.raises(TypeError):
         _Shapes(1)  # type: ignore[misc]
@@ -216,3 +220,38 @@ def test_the_generated_text_takes_no_code_from_names() -> None:
     made = frozen(hostile)
     assert made().x == "'); raise SystemExit('"  # type: ignore[attr-defined]
     assert sys.modules[__name__] is not None
+
+
+@frozen
+class _Base:
+    """A base with a value of its own."""
+
+    x: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sub(_Base):
+    z: int = 3
+
+
+class _Mixin:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seen", True)
+
+
+@frozen
+class _WithInheritedPostInit(_Mixin):
+    """__post_init__ from a base: dataclasses builds it (and calls it)."""
+
+    seen: bool = False
+
+
+def test_what_the_fast_path_leaves_to_dataclasses_works_as_dataclasses() -> None:
+    # A plain dataclass subclass pickles and copies its own fields too.
+    sub = _Sub(1, 7)
+    assert pickle.loads(pickle.dumps(sub)) == sub and copy.deepcopy(sub).z == 7
+    assert _WithInheritedPostInit().seen is True
+    self_named = frozen(type("SelfNamed", (), {"__annotations__": {"self": "int"}}))
+    assert self_named(self=1).self == 1  # type: ignore[call-arg,attr-defined]
+    with pytest.raises(TypeError, match="non-default argument 'y' follows default argument"):
+        frozen(type("Order", (), {"__annotations__": {"x": "int", "y": "int"}, "x": 0}))
