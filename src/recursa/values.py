@@ -90,10 +90,6 @@ def _build(cls: type[T], kw_only: bool) -> type[T]:
         cls, init=False, repr=False, eq=False, frozen=False, slots=True, kw_only=kw_only
     )
     fields = list(dataclasses.fields(made))  # type: ignore[arg-type]
-    if not all(f.name.isidentifier() and f.name != "self" for f in fields) or any(
-        keyword.iskeyword(f.name) for f in fields
-    ):
-        return dataclasses.dataclass(cls, frozen=True, slots=True, kw_only=kw_only)
     for name, method in _methods(made, fields).items():
         method.__qualname__ = f"{made.__qualname__}.{name}"
         method.__module__ = made.__module__
@@ -111,7 +107,8 @@ def _build(cls: type[T], kw_only: bool) -> type[T]:
 def _plain(cls: type) -> bool:
     """Whether the fast path makes exactly what ``dataclasses`` would: no
     dataclass base, no ``__post_init__`` (its own or inherited), no ``InitVar``,
-    none of the generated methods of its own, no ``__slots__``."""
+    none of the generated methods of its own, no ``__slots__``, only ordinary
+    field names. Checked before anything changes the class."""
     if any(name in cls.__dict__ for name in (*_GENERATED, "__slots__")):
         return False
     if hasattr(cls, "__post_init__"):
@@ -119,7 +116,20 @@ def _plain(cls: type) -> bool:
     if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
         return False
     annotations = inspect.get_annotations(cls)
+    if not all(_ordinary(name) for name in annotations):
+        return False
     return not any("InitVar" in str(hint) for hint in annotations.values())
+
+
+def _ordinary(name: str) -> bool:
+    """A field name the generated ``__init__`` can take as it is: an identifier,
+    not a keyword, not ``self``, and not a ``__`` name like those it uses itself."""
+    return (
+        name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name != "self"
+        and not name.startswith("__")
+    )
 
 
 def _methods(cls: type[Any], fields: list[dataclasses.Field[Any]]) -> dict[str, Any]:

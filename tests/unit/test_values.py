@@ -251,7 +251,23 @@ def test_what_the_fast_path_leaves_to_dataclasses_works_as_dataclasses() -> None
     sub = _Sub(1, 7)
     assert pickle.loads(pickle.dumps(sub)) == sub and copy.deepcopy(sub).z == 7
     assert _WithInheritedPostInit().seen is True
-    self_named = frozen(type("SelfNamed", (), {"__annotations__": {"self": "int"}}))
-    assert self_named(self=1).self == 1  # type: ignore[call-arg,attr-defined]
+    # A field named self (dataclasses renames __init__'s own parameter), with options.
+    # A keyword or a __ name goes to dataclasses too, which fails on both alike.
+    for name in ("self",):
+        options = dataclasses.field(default_factory=list, repr=False, compare=False)
+        body = {"__annotations__": {"a": "int", name: "list[int]"}, name: options}
+        made = frozen(type("Odd", (), dict(body)))
+        reference = dataclasses.dataclass(frozen=True, slots=True)(
+            type("Odd", (), {**body, name: dataclasses.field(**_options(options))})
+        )
+        assert not fast(made)
+        assert str(inspect.signature(made)) == str(inspect.signature(reference))
+        assert made.__doc__ == reference.__doc__
+        assert repr(made(1)) == repr(reference(1)) == "Odd(a=1)"
     with pytest.raises(TypeError, match="non-default argument 'y' follows default argument"):
         frozen(type("Order", (), {"__annotations__": {"x": "int", "y": "int"}, "x": 0}))
+
+
+def _options(made: dataclasses.Field[Any]) -> dict[str, Any]:
+    """A field()'s options, to make another like it."""
+    return {"default_factory": made.default_factory, "repr": made.repr, "compare": made.compare}
