@@ -87,12 +87,12 @@ async def calls(backend: str, base_url: str, count: int, warm: int) -> tuple[flo
             if k == warm:
                 cpu = time.process_time()
             started = time.perf_counter()
-            response = await client.post(
+            response = await client.post(  # type: ignore[call-overload]
                 "/chat/completions",
                 body=None,
                 content=body,
                 cast_to=httpx2.Response,
-                options=options,  # type: ignore[arg-type]
+                options=options,
                 stream=True,
                 stream_cls=None,
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -300,8 +301,10 @@ async def test_a_server_that_hangs_up_before_answering_is_a_network_failure(
     tmp_path: Path, vendor: Vendor
 ) -> None:
     async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")  # the request's head, then nothing back
-        writer.close()
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        await reader.readexactly(int(length[1]) if length else 0)  # the whole request
+        writer.close()  # and nothing back (an unread body would make it a reset)
 
     listener = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]

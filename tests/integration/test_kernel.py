@@ -151,22 +151,32 @@ async def test_top_level_await(kernel: Kernel) -> None:
 
 
 async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) -> None:
-    # recursa's extension quiets the kernel's logger to what its handlers print
-    # keeps ipykernel's answer about do_execute's parameters, and sends no
-    # execute_input broadcast: each costs CPU on every request.
+    # recursa's extension quiets the kernel's logger to what its handlers print,
+    # keeps ipykernel's answer about run_cell_async's parameters (it called
+    # inspect.signature on every request), and sends no execute_input
+    # broadcast: each costs CPU on every request.
     probe = (
-        "import logging, ipykernel.kernelbase as kb, ipykernel.ipkernel as ik\n"
+        "import logging\n"
         "k = get_ipython().kernel\n"
         "print(k.log.isEnabledFor(logging.DEBUG), k.log.isEnabledFor(logging.WARNING),"
-        " getattr(kb._accepts_parameters, 'recursa_cached', False),"
-        " getattr(ik._accepts_parameters, 'recursa_cached', False),"  # the one do_execute calls
         " k._publish_execute_input.__name__)"
     )
     out = await kernel.execute(probe, timeout=10)
-    assert out.parts == (OutputPart("stdout", "False True True True _no_broadcast\n"),)
+    assert out.parts == (OutputPart("stdout", "False True _no_broadcast\n"),)
+    counting = (
+        "import inspect\n"
+        "_signature, _calls = inspect.signature, []\n"
+        "def _counted(*args, **kwargs):\n"
+        "    _calls.append(args)\n"
+        "    return _signature(*args, **kwargs)\n"
+        "inspect.signature = _counted"
+    )
+    assert (await kernel.execute(counting, timeout=10)).status == "ok"
     # Requests still pass their cell ids and metadata through.
     again = await kernel.execute("1 + 1", timeout=10)
     assert again.status == "ok" and again.parts == (OutputPart("result", "2"),)
+    told = await kernel.execute("inspect.signature = _signature\nprint(len(_calls))", timeout=10)
+    assert told.parts == (OutputPart("stdout", "0\n"),)  # two requests, no inspection
 
 
 ONE_SHELL_THREAD = (

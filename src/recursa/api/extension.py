@@ -99,10 +99,10 @@ def lighten_requests(shell: Any) -> None:
     - traitlets leaves the kernel's logger at DEBUG and filters in its
       handlers, so each request builds a dozen log records nobody prints; the
       logger now stops at the lowest level its handlers print;
-    - ipykernel inspects ``run_cell``'s signature on every execute request
-      (``_accepts_parameters``, called from ``ipykernel.ipkernel``, which
-      imports it by name; ``ipykernel.kernelbase`` calls it once, at start);
-      the answer is kept per method, under both names;
+    - ipykernel inspects ``run_cell_async``'s signature on every execute
+      request (``_accepts_parameters``, called under the name
+      ``ipykernel.ipkernel`` imported; ``ipykernel.kernelbase`` calls it once,
+      at start, before this runs); the answer is kept per method;
     - ``execute_input``, the broadcast of each cell's code to other frontends,
       is not sent: the harness is the kernel's only client and has the code.
 
@@ -115,11 +115,10 @@ def lighten_requests(shell: Any) -> None:
     kernel = getattr(shell, "kernel", None)
     if callable(getattr(kernel, "_publish_execute_input", None)):
         kernel._publish_execute_input = _no_broadcast  # type: ignore[union-attr]
-    for name in ("ipykernel.kernelbase", "ipykernel.ipkernel"):
-        module = sys.modules.get(name)
-        accepts = getattr(module, "_accepts_parameters", None)
-        if module is not None and callable(accepts) and not hasattr(accepts, "recursa_cached"):
-            module._accepts_parameters = _cached_answers(accepts)  # type: ignore[attr-defined]
+    ipkernel = sys.modules.get("ipykernel.ipkernel")
+    accepts = getattr(ipkernel, "_accepts_parameters", None)
+    if ipkernel is not None and callable(accepts) and not hasattr(accepts, "recursa_cached"):
+        ipkernel._accepts_parameters = _cached_answers(accepts)  # type: ignore[attr-defined]
 
 
 def _no_broadcast(*args: object, **kwargs: object) -> None:

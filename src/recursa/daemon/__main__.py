@@ -149,9 +149,9 @@ async def _run(paths: DaemonPaths, config: Config, factory: HostFactory) -> None
             token = ensure_token(paths)
             opened, close = await factory(config, api_socket=paths.kernel_socket)
             host, kernel_host = served(opened)
-            heap.enable()  # the daemon's heap is its own to freeze
-            heap.settle()  # what the daemon imported lives as long as it does
             try:
+                heap.enable()  # the daemon's heap is its own to freeze
+                heap.settle()  # what the daemon imported lives as long as it does
                 if kernel_host is None:
                     logger.warning("the host serves no kernel routes: kernels cannot reach it")
                 server = DaemonServer(
