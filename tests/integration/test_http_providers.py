@@ -274,11 +274,8 @@ async def test_a_silent_server_times_out(
     assert failed.kind == "timeout"
 
 
-@VENDORS
-async def test_an_unreachable_server_is_a_network_failure(tmp_path: Path, vendor: Vendor) -> None:
-    with socket.socket() as probe:  # a port nobody listens on once closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+async def last_event_at(port: int, vendor: Vendor, tmp_path: Path) -> StreamEvent:
+    """The last event of one call to a server of the test's own on ``port``."""
     url = f"http://127.0.0.1:{port}" + ("/v1" if vendor == "openai" else "")
     table = ProviderConfig(name=vendor, kind=vendor, base_url=url, api_key=KEY, timeout=5)
     provider: Provider = (
@@ -287,9 +284,17 @@ async def test_an_unreachable_server_is_a_network_failure(tmp_path: Path, vendor
         else AnthropicProvider(table, Config(home=tmp_path))
     )
     try:
-        failed = (await collect(provider.stream(request(vendor))))[-1]
+        return (await collect(provider.stream(request(vendor))))[-1]
     finally:
         await provider.aclose()
+
+
+@VENDORS
+async def test_an_unreachable_server_is_a_network_failure(tmp_path: Path, vendor: Vendor) -> None:
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    failed = await last_event_at(port, vendor, tmp_path)
     assert isinstance(failed, Failed)
     assert failed.kind == "network"
     assert failed.message.startswith(f"{vendor}: connection failed: ConnectError")
@@ -308,17 +313,9 @@ async def test_a_server_that_hangs_up_before_answering_is_a_network_failure(
 
     listener = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}" + ("/v1" if vendor == "openai" else "")
-    table = ProviderConfig(name=vendor, kind=vendor, base_url=url, api_key=KEY, timeout=5)
-    provider: Provider = (
-        OpenAIProvider(table, Config(home=tmp_path))
-        if vendor == "openai"
-        else AnthropicProvider(table, Config(home=tmp_path))
-    )
     try:
-        failed = (await collect(provider.stream(request(vendor))))[-1]
+        failed = await last_event_at(port, vendor, tmp_path)
     finally:
-        await provider.aclose()
         listener.close()
         await listener.wait_closed()
     assert isinstance(failed, Failed)
