@@ -9,6 +9,12 @@ is described; the count of the others follows it.
 
 :func:`within` is the range check both use: its message carries both bounds,
 which pydantic's own ``ge``/``le`` errors do not.
+
+The checks a type carries (:func:`after`, :func:`length`, :func:`within`) are
+markers that build their part of a schema when pydantic builds one: the
+protocol's types are imported by every CLI call and every kernel, which
+validate nothing, and pydantic costs about 60 ms to import. This module
+imports pydantic only inside the functions that run on a validation.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from pydantic import AfterValidator, BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from recursa.duration import format_duration
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, ValidationError
+    from pydantic.fields import FieldInfo
+    from pydantic_core import CoreSchema, ErrorDetails
 
 MAX_SHOWN_CHARS = 40
 """A given value is shown in an error up to this many characters of its repr."""
@@ -48,9 +56,80 @@ _BOUNDS: dict[str, tuple[str, str]] = {
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
-def within(
-    low: float, high: float, *, duration: bool = False, above: bool = False
-) -> AfterValidator:
+class _After:
+    """``Annotated`` metadata: ``check`` runs on the value after its type's
+    own validation (pydantic's ``AfterValidator``); with ``info``, it is also
+    given pydantic's ``ValidationInfo`` (the fields validated before it)."""
+
+    __slots__ = ("check", "info")
+
+    def __init__(self, check: Callable[..., Any], info: bool) -> None:
+        self.check = check
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"after({self.check.__qualname__})"
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        from pydantic_core import core_schema
+
+        if self.info:
+            return core_schema.with_info_after_validator_function(self.check, handler(source))
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
+def after(check: Callable[[Any], Any], *, info: bool = False) -> Any:
+    """A check of an ``Annotated`` type: ``check(value)`` (``check(value,
+    info)`` with ``info``) returns the value or raises ``ValueError`` with the
+    message a person reads."""
+    return _After(check, info)
+
+
+class _Length:
+    """``Annotated`` metadata: the bounds of a string's length or a tuple's."""
+
+    __slots__ = ("least", "most")
+
+    def __init__(self, least: int | None, most: int | None) -> None:
+        self.least = least
+        self.most = most
+
+    def __repr__(self) -> str:
+        return f"length(least={self.least}, most={self.most})"
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        schema: Any = dict(handler(source))
+        if schema["type"] not in ("str", "tuple", "list"):
+            raise TypeError(f"length() bounds a string, tuple or list, not {schema['type']}")
+        if self.least is not None:
+            schema["min_length"] = self.least
+        if self.most is not None:
+            schema["max_length"] = self.most
+        result: CoreSchema = schema
+        return result
+
+
+def length(*, least: int | None = None, most: int | None = None) -> Any:
+    """The bounds of a string's length or a tuple's, for an ``Annotated`` type
+    (pydantic's ``Field(min_length=..., max_length=...)``)."""
+    return _Length(least, most)
+
+
+def field_options(**options: Any) -> FieldInfo:
+    """Pydantic's ``Field(**options)`` (``validate_default=True``): only in an
+    annotation that stays a string until pydantic builds the schema (a module
+    with ``from __future__ import annotations``), so pydantic is imported then."""
+    from pydantic import Field
+
+    info: FieldInfo = Field(**options)
+    return info
+
+
+def within(low: float, high: float, *, duration: bool = False, above: bool = False) -> Any:
     """A pydantic check that a number lies in ``[low, high]`` (``(low, high]``
     with ``above``); its error states the range. ``duration``: the bounds are
     shown as durations (``1h30m``) rather than numbers."""
@@ -71,7 +150,7 @@ def within(
             raise ValueError(rule)
         return value
 
-    return AfterValidator(check)
+    return after(check)
 
 
 def one_line(
@@ -186,6 +265,8 @@ def known_keys(root: type[Any], loc: Sequence[int | str]) -> list[str]:
 
 
 def _fields(kind: Any) -> Mapping[str, Any] | None:
+    from pydantic import BaseModel
+
     kind = _unwrap(kind)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return {name: info.annotation for name, info in kind.model_fields.items()}
@@ -210,10 +291,13 @@ def _unwrap(kind: Any) -> Any:
 
 __all__ = [
     "MAX_SHOWN_CHARS",
+    "after",
     "checked_text",
     "describe",
     "dotted",
+    "field_options",
     "known_keys",
+    "length",
     "one_line",
     "shown",
     "within",

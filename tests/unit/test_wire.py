@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import subprocess
+import sys
+from typing import Annotated, Any
 
 import pytest
 
@@ -28,6 +30,8 @@ from recursa.protocol.wire import (
     from_json,
     to_json,
 )
+from recursa.validation import length
+from recursa.values import frozen
 
 
 def test_the_issues_example_is_refused_naming_the_field() -> None:
@@ -111,6 +115,17 @@ def test_the_issues_example_is_refused_naming_the_field() -> None:
         (SearchRequest, {"query": "q", "limit": 0}, "limit must be from 1 to 200, not 0"),
         (SearchRequest, {"query": ""}, "query is empty"),
         (SearchRequest, {"query": "q" * 2001}, "query must be at most 2000 characters"),
+        (Spawn, {"task": "t", "model": "m" * 501}, "model must be at most 500 characters"),
+        (
+            CreateSession,
+            {"task": "x", "autonomous": {"gates": ["make"] * 101}},
+            "autonomous.gates must have at most 100 items",
+        ),
+        (
+            CreateSession,
+            {"task": "x", "context_files": [{"label": "a", "text": ""}] * 101},
+            "context_files must have at most 100 items",
+        ),
         (EventsRequest, {"after": -1}, "after must be from 0 to"),
         (CompactRequest, {"instructions": {}}, "instructions must be a string"),
     ],
@@ -178,3 +193,28 @@ def test_to_json_refuses_what_is_not_a_wire_value() -> None:
         to_json({"task": "x"})
     with pytest.raises(TypeError, match="not a wire value"):
         to_json(CreateSession)
+
+
+def test_the_protocol_and_the_client_import_no_pydantic_until_a_value_is_validated() -> None:
+    # Every CLI call imports them, and most validate nothing (issue 15: a
+    # fast CLI); pydantic is imported by the first validation.
+    probe = (
+        "import sys, recursa.daemon.client, recursa.protocol.history, recursa.protocol.control\n"
+        "before = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core'))\n"
+        "from recursa.protocol.wire import Spawn, from_json\n"
+        "spawn = from_json(Spawn, {'task': 't'})\n"
+        "print(before, spawn.task, 'pydantic' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["[]", "t", "True"]
+
+
+def test_a_length_bound_on_what_has_no_length_is_a_programming_error() -> None:
+    @frozen
+    class Odd:
+        count: Annotated[int, length(most=3)]
+
+    with pytest.raises(TypeError, match="length\\(\\) bounds a string, tuple or list, not int"):
+        from_json(Odd, {"count": 1})

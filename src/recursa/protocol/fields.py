@@ -3,7 +3,8 @@
 A request comes from a person's client or from a kernel, that is from code a
 model wrote, so every field has a type and a bound. These aliases are plain
 ``str``, ``int`` and ``float`` to mypy and to the code that reads the values;
-the metadata they carry is read by pydantic when
+the checks they carry (:mod:`recursa.validation`'s markers, which import
+nothing) become part of pydantic's schema when
 :func:`~recursa.protocol.wire.from_json` validates a request (strictly: ``"5"``
 is not 5, ``true`` is not 1). Text that must say something (a task, a
 recipient) refuses a blank string; blank instructions are none. What a value
@@ -15,12 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Annotated
-
-from pydantic import AfterValidator, Field
+from typing import Annotated, Any
 
 from recursa.duration import Duration
-from recursa.validation import within
+from recursa.validation import after, length, within
 
 MAX_TEXT_CHARS = 4_000_000
 """A task, a message, an entry's content: bounded by the body's size (16 MiB) anyway."""
@@ -84,7 +83,7 @@ def check_session_name(name: str) -> str:
     return name
 
 
-def one_of(allowed: Iterable[str]) -> AfterValidator:
+def one_of(allowed: Iterable[str]) -> Any:
     """A pydantic check that a string is one of ``allowed``, for fields that are
     plain ``str`` to their Python callers (a CLI flag's text)."""
     options = tuple(allowed)
@@ -95,20 +94,20 @@ def one_of(allowed: Iterable[str]) -> AfterValidator:
             raise ValueError(rule)
         return value
 
-    return AfterValidator(check)
+    return after(check)
 
 
-Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
-Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
-FilledText = Annotated[Text, AfterValidator(_filled)]
+Text = Annotated[str, length(most=MAX_TEXT_CHARS)]
+Name = Annotated[str, length(most=MAX_NAME_CHARS)]
+FilledText = Annotated[Text, after(_filled)]
 """Text that is not blank (a task, a message)."""
-FilledName = Annotated[Name, AfterValidator(_filled)]
+FilledName = Annotated[Name, after(_filled)]
 """A name that is not blank (a model, a job, a message's recipient)."""
-Instructions = Annotated[Text | None, AfterValidator(_blank_is_none)]
+Instructions = Annotated[Text | None, after(_blank_is_none)]
 """A refinement's or compaction's extra instructions: blank ones are none."""
-SessionName = Annotated[str, AfterValidator(check_session_name)]
+SessionName = Annotated[str, after(check_session_name)]
 """A session's own name: :func:`check_session_name`."""
-PathText = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+PathText = Annotated[str, length(most=MAX_PATH_CHARS)]
 Count = Annotated[int, within(0, MAX_COUNT)]
 """A count where 0 is allowed (and often means no limit)."""
 Positive = Annotated[int, within(1, MAX_COUNT)]
@@ -119,7 +118,7 @@ PositiveCost = Annotated[float, within(0, MAX_COST, above=True)]
 Seconds = Annotated[Duration, within(0, MAX_SECONDS, duration=True)]
 """A duration (``90s``, ``1h30m``, ``2d`` or a number of seconds) as seconds."""
 PositiveSeconds = Annotated[Duration, within(0, MAX_SECONDS, duration=True, above=True)]
-Wait = Annotated[float, AfterValidator(_wait)]
+Wait = Annotated[float, after(_wait)]
 """Seconds a long poll waits: from 0 to :data:`MAX_WAIT_SECONDS`."""
 
 __all__ = [

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Annotated, Any
 
-from pydantic import Field
-
 from recursa.protocol.events import (
     AssistantReply,
     CellFinished,
@@ -32,7 +30,7 @@ from recursa.protocol.events import (
     record_to_dict,
 )
 from recursa.protocol.fields import Count, Instructions, Name
-from recursa.validation import within
+from recursa.validation import length, within
 from recursa.values import frozen
 
 DEFAULT_SEARCH_RESULTS = 20
@@ -75,7 +73,7 @@ class HistoryEvent:
 
 @frozen
 class SearchRequest:
-    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+    query: Annotated[str, length(least=1, most=MAX_QUERY_CHARS)]
     limit: Annotated[int, within(1, MAX_SEARCH_RESULTS)] = DEFAULT_SEARCH_RESULTS
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Annotated, cast
 
-from pydantic import Field
-
 from recursa.protocol.control import (
     AddSchedule,
     GoalAction,
@@ -38,6 +36,7 @@ from recursa.protocol.wire import (
     Shutdown,
     UsageNode,
 )
+from recursa.validation import length
 from recursa.values import frozen
 
 DEFAULT_LOG_LIMIT = 50
@@ -71,7 +70,7 @@ class SendTo(SessionRef):
 class SessionsQuery:
     """``ids``: only these sessions (ids, comma-separated); None: every one."""
 
-    ids: Annotated[str, Field(max_length=MAX_IDS_CHARS)] | None = None
+    ids: Annotated[str, length(most=MAX_IDS_CHARS)] | None = None
 
     @property
     def wanted(self) -> frozenset[str] | None:

@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
-from typing import Annotated, Any, Literal, TypeVar, get_args
-
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, ValidationInfo
-from pydantic_core import PydanticSerializationError
-from pydantic_core import to_json as to_json_bytes
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 
 from recursa.protocol.common import API_PREFIX, PROTOCOL_VERSION, SessionStatus
 from recursa.protocol.fields import (
@@ -52,8 +48,11 @@ from recursa.protocol.fields import (
     Version,
 )
 from recursa.protocol.harness import Action, Actor, EntryVersion, Kind, Scope, Status
-from recursa.validation import one_line
+from recursa.validation import after, field_options, length, one_line
 from recursa.values import frozen
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationInfo
 
 SendMode = Literal["auto", "steer", "follow_up"]
 ReceiptStatus = Literal["delivered", "queued"]
@@ -134,7 +133,7 @@ class Autonomous:
     limit is reached. The limits cover the whole run (None: no limit);
     ``gate_timeout`` is seconds per gate (None: the default)."""
 
-    gates: Annotated[tuple[Text, ...], Field(max_length=MAX_ITEMS)]
+    gates: Annotated[tuple[Text, ...], length(most=MAX_ITEMS)]
     max_turns: Count | None = None
     max_tokens: Count | None = None
     max_cost: Cost | None = None
@@ -157,7 +156,7 @@ class ContextFile:
     text: Text
 
 
-ContextFiles = Annotated[tuple[ContextFile, ...], Field(max_length=MAX_ITEMS)]
+ContextFiles = Annotated[tuple[ContextFile, ...], length(most=MAX_ITEMS)]
 
 
 @frozen
@@ -402,9 +401,9 @@ class HarnessEdit:
     entry for every op but ``create``. The actor is always the model."""
 
     op: EditOp
-    entry: Annotated[Name | None, Field(validate_default=True), AfterValidator(_entry_for_op)] = (
-        None
-    )
+    entry: Annotated[
+        Name | None, field_options(validate_default=True), after(_entry_for_op, info=True)
+    ] = None
     kind: Kind | None = None
     title: Text | None = None
     content: Text | None = None
@@ -488,6 +487,10 @@ def from_json(cls: type[T], data: object) -> T:
     """
     if not isinstance(data, dict):
         raise ValueError(f"{cls.__name__}: expected a JSON object")
+    from pydantic import ValidationError
+    from pydantic_core import PydanticSerializationError
+    from pydantic_core import to_json as to_json_bytes
+
     adapter = _adapter(cls)
     try:
         # Through JSON: in strict mode only JSON input may give a dataclass as an
@@ -508,6 +511,8 @@ def _adapter(cls: type[T]) -> TypeAdapter[T]:
     builds one twice; either serves)."""
     adapter = _ADAPTERS.get(cls)
     if adapter is None:
+        from pydantic import TypeAdapter
+
         adapter = _ADAPTERS[cls] = TypeAdapter(cls)
     return adapter
 
