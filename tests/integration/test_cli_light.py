@@ -25,6 +25,10 @@ from recursa.cli import main
 if sys.argv[1] == "--full":  # the Typer path, past the quick one
     from recursa.cli.root import main
     del sys.argv[1]
+elif sys.argv[1] == "--log-limit":  # the most history the quick path reads whole
+    import recursa.cli.quick
+    recursa.cli.quick.MAX_LOG_BYTES = int(sys.argv[2])
+    del sys.argv[1:3]
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
@@ -187,6 +191,33 @@ def test_agents_and_usage_are_answered_without_typer_pydantic_or_asyncio_as_the_
         probe(["--full", "usage", session, "--json"], env, tmp_path)[0]
     )
     assert json.loads(usage_json)["session"]["own"]["calls"] == 2
+
+
+def test_logs_are_answered_without_typer_pydantic_or_asyncio_as_the_full_path_would(
+    session: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    def quick_needs_not(modules: list[str]) -> list[str]:
+        return [m for m in modules if m.split(".")[0] in QUICK_NEEDS_NOT or m in QUICK_NEEDS_NOT]
+
+    transcript, modules = probe(["logs", session], env, tmp_path)
+    assert quick_needs_not(modules) == [] and "recursa.daemon.peek" in modules
+    full_transcript, modules = probe(["--full", "logs", session], env, tmp_path)
+    assert "recursa.daemon.client" in modules and "pydantic" in modules
+    assert transcript == full_transcript
+    assert "print(6 * 7)" in transcript and "forty-two" in transcript
+    assert transcript.splitlines()[-1].startswith(f"── {session} idle · 2 model calls")
+
+    lines, modules = probe(["logs", session, "--json"], env, tmp_path)
+    assert quick_needs_not(modules) == []
+    assert lines == probe(["--full", "logs", "--json", session], env, tmp_path)[0]
+    records = [json.loads(line) for line in lines.splitlines()]
+    assert [r["seq"] for r in records] == sorted(r["seq"] for r in records) and len(records) > 4
+    assert {"user_input", "cell_finished", "turn_ended"} <= {r["type"] for r in records}
+
+    # A history longer than the quick path reads whole is the full path's,
+    # which streams it: the same transcript.
+    long, modules = probe(["--log-limit", "1000", "logs", session], env, tmp_path)
+    assert "recursa.daemon.client" in modules and long == transcript
 
 
 def test_the_quick_path_leaves_to_the_full_path_what_it_cannot_answer(

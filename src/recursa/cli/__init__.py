@@ -1,7 +1,7 @@
 """The ``recursa`` command line.
 
 :func:`main` is the command. A call that only reads from a running daemon
-(``recursa agents``) is answered by :mod:`recursa.cli.quick`, which imports
+(``recursa agents``, ``usage``, ``logs``) is answered by :mod:`recursa.cli.quick`, which imports
 neither typer, pydantic nor asyncio; every other call, and any the quick path
 cannot answer, goes to the Typer application in :mod:`recursa.cli.root`.
 This module imports nothing else, so the quick path costs no more than it needs.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import sys
 
-QUICK_COMMANDS = ("agents", "usage")
+QUICK_COMMANDS = ("agents", "usage", "logs")
 """The commands :mod:`recursa.cli.quick` may answer."""
 
 

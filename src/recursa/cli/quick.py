@@ -1,11 +1,14 @@
 """Calls that only read from a running daemon, answered without the full
-command line: ``recursa agents [--json]`` and ``recursa usage SESSION [--json]``.
+command line: ``recursa agents [--json]``, ``recursa usage SESSION [--json]``
+and ``recursa logs SESSION [--json]``.
 
 Most of a CLI call's time is imports (typer, pydantic for the wire types,
-asyncio for the client); a listing needs none of them. Here a call makes one
-read (:mod:`recursa.daemon.peek`: the state and token files, one ``GET`` over
-the unix socket) and prints the same table (:mod:`recursa.cli.listing`) or
-the same JSON as the full path does.
+asyncio for the client); a listing needs none of them. Here a call makes its
+reads (:mod:`recursa.daemon.peek`: the state and token files, a ``GET`` over
+the unix socket) and prints the same table (:mod:`recursa.cli.listing`), the
+same transcript (:mod:`recursa.cli.render`) or the same JSON as the full path
+does. A history longer than :data:`MAX_LOG_BYTES` is the full path's, which
+streams it.
 
 Anything out of the ordinary is the full path's to handle, with its errors
 and its recoveries: no daemon (it starts one), a daemon of another protocol,
@@ -35,6 +38,10 @@ from recursa.cli.listing import (
 )
 from recursa.cli.tables import print_listing, print_table
 from recursa.daemon import peek
+from recursa.environ import color_enabled
+
+MAX_LOG_BYTES = 8 << 20
+"""The longest history (its NDJSON) ``logs`` reads whole here."""
 
 REFERENCE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,199}")
 """A session reference the quick path sends as it is (ids, and plain names);
@@ -52,6 +59,8 @@ def answer(argv: Sequence[str]) -> int | None:
         show = _agents(json_out)
     elif len(words) == 2 and words[0] == "usage" and REFERENCE.fullmatch(words[1]):
         show = _usage(words[1], json_out)
+    elif len(words) == 2 and words[0] == "logs" and REFERENCE.fullmatch(words[1]):
+        show = _logs(words[1], json_out)
     else:
         return None
     if show is None:
@@ -98,6 +107,46 @@ def _usage(ref: str, json_out: bool) -> Callable[[], None] | None:
     except (ValueError, TypeError, AttributeError, RecursionError):
         return None
     return lambda: print_table(USAGE_COLUMNS, rows)
+
+
+def _logs(ref: str, json_out: bool) -> Callable[[], None] | None:
+    """What prints a session's history, worked out, or None (a history too
+    long to read whole, an error or shutdown line, among others)."""
+    from recursa.cli.render import TranscriptPrinter, json_line, session_footer
+    from recursa.protocol.events import record_from_dict, record_to_dict
+
+    body = peek.get(f"/sessions/{ref}/events?after=0&follow=0", limit=MAX_LOG_BYTES)
+    if body is None:
+        return None
+    try:
+        records = []
+        for line in body.splitlines():
+            data = json.loads(line) if line.strip() else None
+            if data is None or data.get("type") == "heartbeat":
+                continue
+            record = record_from_dict(data)  # an error or shutdown line is no event
+            if record.seq:
+                records.append(record)
+        footer = None
+        if not json_out:
+            info = peek.get(f"/sessions/{ref}")
+            if info is None:
+                return None
+            footer = session_footer(json.loads(info, object_hook=_namespace))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+
+    def show() -> None:
+        if json_out:
+            for record in records:
+                json_line(record_to_dict(record), sys.stdout)
+            return
+        printer = TranscriptPrinter(out=sys.stdout, color=color_enabled(sys.stdout))
+        for record in records:
+            printer.handle(record)
+        print(footer)
+
+    return show
 
 
 def _namespace(fields: dict[str, Any]) -> SimpleNamespace:

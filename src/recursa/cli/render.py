@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from recursa.cli.spend import cost_text, usage_dict, usage_line
 from recursa.cli.terminal import printable
@@ -32,7 +32,9 @@ from recursa.protocol.events import (
     UserInput,
     json_text,
 )
-from recursa.protocol.wire import Usage
+
+if TYPE_CHECKING:
+    from recursa.protocol.wire import SessionInfo, Usage
 
 _RESET = "\x1b[0m"
 
@@ -198,6 +200,13 @@ class TranscriptPrinter:
         self._line(self._style("dim", f"── {usage_line(totals)} · {elapsed:.1f} s"))
 
 
+def session_footer(info: SessionInfo) -> str:
+    """The last line of ``recursa logs``: the session, its status, its usage
+    and its last answer."""
+    answer = f" · last answer: {printable(info.last_answer)}" if info.last_answer else ""
+    return f"── {info.id} {info.status} · {usage_line(info.usage)}{answer}"
+
+
 def json_line(value: dict[str, object], out: TextIO) -> None:
     out.write(json_text(value) + "\n")
     out.flush()
@@ -232,6 +241,7 @@ __all__ = [
     "json_line",
     "printable",
     "result_line",
+    "session_footer",
     "usage_dict",
     "usage_line",
 ]

@@ -19,8 +19,6 @@ from recursa.cli.common import SessionArg, print_listing, typed_text, with_clien
 from recursa.cli.context_files import ContextFileOpt, read_context_files
 from recursa.cli.listing import AGENT_COLUMNS, NO_SESSIONS, agent_rows, print_usage
 from recursa.cli.root import app
-from recursa.cli.spend import usage_line
-from recursa.cli.terminal import printable
 from recursa.environ import color_enabled
 from recursa.protocol.wire import SendMessage, SendMode
 
@@ -182,7 +180,7 @@ def logs(
 ) -> None:
     """The session's whole history, readable (or as JSON lines)."""
     from recursa.cli.follow import show
-    from recursa.cli.render import TranscriptPrinter
+    from recursa.cli.render import TranscriptPrinter, session_footer
 
     async def go() -> None:
         async with _client() as client:
@@ -194,10 +192,7 @@ def logs(
                     printer.handle(record)
             info = await client.session(session)
             if not json_lines:
-                answer = (
-                    f" · last answer: {printable(info.last_answer)}" if info.last_answer else ""
-                )
-                print(f"── {info.id} {info.status} · {usage_line(info.usage)}{answer}")
+                print(session_footer(info))
 
     asyncio.run(go())
 

@@ -9,11 +9,15 @@ real client) takes over, with its recoveries and its one-line errors. So is a
 home the full path would refuse (one others may write to, where a planted
 state file could point the token at their socket), or a socket not at its
 usual place in the home.
+
+The request is HTTP/1.0 over a new connection: the daemon's reply is then
+framed by the connection's end (and checked against its ``content-length``),
+which takes no HTTP library to read (``http.client`` imports the email
+package, a quarter of a quick call's time).
 """
 
 from __future__ import annotations
 
-import http.client
 import os
 import socket
 
@@ -26,12 +30,16 @@ from recursa.protocol.common import API_PREFIX, PROTOCOL_VERSION
 
 TIMEOUT = 5.0
 """Seconds to connect and for each read; past them the caller's full path takes over."""
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a reply's status line and headers may take."""
+READ_SIZE = 64 * 1024
 
 
-def get(path: str) -> bytes | None:
+def get(path: str, *, limit: int | None = None) -> bytes | None:
     """The body of the daemon's 200 reply to ``GET path`` (after the API's
-    prefix), or None. The process is hardened first, as for any command: it
-    reads the daemon's token."""
+    prefix), or None; None too for a body longer than ``limit`` bytes. The
+    process is hardened first, as for any command: it reads the daemon's
+    token."""
     harden_process()
     paths = DaemonPaths.for_home(home_dir())
     if paths.socket.parent != paths.home:
@@ -49,38 +57,56 @@ def get(path: str) -> bytes | None:
         or state.socket != os.fspath(paths.socket)
     ):
         return None
-    connection = _UnixConnection(state.socket)
+    if not (token.isascii() and token.isprintable()):
+        return None  # a token unfit for a header
+    target = API_PREFIX + path
+    request = f"GET {target} HTTP/1.0\r\nhost: recursa\r\nauthorization: Bearer {token}\r\n\r\n"
     try:
-        connection.request("GET", API_PREFIX + path, headers={"authorization": f"Bearer {token}"})
-        response = connection.getresponse()
-        body = response.read()
-    except (
-        OSError,
-        ValueError,
-        http.client.HTTPException,
-    ):  # ValueError: a token unfit for a header
+        return _exchange(state.socket, request.encode("ascii"), limit)
+    except (OSError, UnicodeError):
         return None
-    finally:
-        connection.close()
-    return body if response.status == 200 else None
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP/1.1 to the daemon's unix socket."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=TIMEOUT)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+def _exchange(path: str, request: bytes, limit: int | None) -> bytes | None:
+    """The body of the daemon's answer to ``request`` if it is a 200 of at
+    most ``limit`` bytes, framed by its ``content-length`` or else by the
+    connection's end; else None."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(TIMEOUT)
+        sock.connect(path)
+        sock.sendall(request)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            if len(received) > MAX_HEAD_BYTES or not (piece := sock.recv(READ_SIZE)):
+                return None
+            received += piece
+        head, _, start = received.partition(b"\r\n\r\n")
+        if len(head) > MAX_HEAD_BYTES:
+            return None
+        status, *lines = head.decode("latin-1").split("\r\n")
+        if status.split(" ", 2)[:2] not in (["HTTP/1.0", "200"], ["HTTP/1.1", "200"]):
+            return None
+        length = None
+        for line in lines:
+            name, colon, value = line.partition(":")
+            name = name.strip().lower()
+            if not colon or name == "transfer-encoding":
+                return None  # a chunked body is not this version's daemon's answer
+            if name == "content-length":
+                digits = value.strip()
+                if not (digits.isascii() and digits.isdigit()):
+                    return None
+                length = int(digits)
+        most = length if length is not None else (limit if limit is not None else 1 << 62)
+        if limit is not None and most > limit:
+            return None
+        pieces, size = [start], len(start)
+        while size < most and (piece := sock.recv(min(READ_SIZE, most + 1 - size))):
+            pieces.append(piece)
+            size += len(piece)
+    if (length is not None and size != length) or size > most:
+        return None  # cut short, or longer than it said
+    return b"".join(pieces)
 
 
 __all__ = ["TIMEOUT", "get"]

@@ -243,7 +243,7 @@ def parse_line(line: str) -> EventRecord | None:
     An error line raises its error; a shutdown line raises DaemonError."""
     # Here, not at the top: a call that reads no events (``recursa agents``)
     # does not build the event grammar.
-    from recursa.protocol.events import EventRecord, event_from_dict
+    from recursa.protocol.events import record_from_dict
 
     if not line.strip():
         return None
@@ -260,12 +260,7 @@ def parse_line(line: str) -> EventRecord | None:
         error = data.get("error") or {}
         raise error_from_wire(str(error.get("kind")), str(error.get("message", "")))
     try:
-        seq, session_id, ts = data.pop("seq"), data.pop("session_id"), data.pop("ts")
-        if not isinstance(seq, int) or not isinstance(session_id, str):
-            raise ValueError("bad record header")
-        return EventRecord(
-            seq=seq, session_id=session_id, ts=float(ts), event=event_from_dict(data)
-        )
+        return record_from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise DaemonError(
             f"the daemon sent a malformed event: {one_line(str(exc), first_line=True, limit=MAX_MESSAGE_CHARS)}"

@@ -388,7 +388,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown event type {kind!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _field_names(cls)
     kwargs = {k: v for k, v in data.items() if k in names}
     if "tool_calls" in kwargs:
         kwargs["tool_calls"] = tuple(ToolCall(**call) for call in kwargs["tool_calls"])
@@ -417,6 +417,15 @@ def record_to_dict(record: EventRecord) -> dict[str, Any]:
         "ts": record.ts,
         **event_to_dict(record.event),
     }
+
+
+def record_from_dict(data: dict[str, Any]) -> EventRecord:
+    """The record of :func:`record_to_dict`'s form (``data`` is consumed).
+    Raises ``ValueError``, ``KeyError`` or ``TypeError`` for a malformed one."""
+    seq, session_id, ts = data.pop("seq"), data.pop("session_id"), data.pop("ts")
+    if type(seq) is not int or not isinstance(session_id, str):
+        raise ValueError("bad record header")
+    return EventRecord(seq=seq, session_id=session_id, ts=float(ts), event=event_from_dict(data))
 
 
 __all__ = [
@@ -460,5 +469,6 @@ __all__ = [
     "event_to_json",
     "is_transient",
     "json_text",
+    "record_from_dict",
     "record_to_dict",
 ]

@@ -1,0 +1,112 @@
+"""The quick path's one read (``recursa.daemon.peek``): the reply's framing.
+
+A unix socket in a thread answers with the bytes each test gives and then
+keeps the connection open (as a keep-alive server does) or closes it. A
+200 framed by its ``content-length`` or by the connection's end is read; any
+other answer is None (the full path's to handle), never a wrong body.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from recursa.daemon import peek
+
+REQUEST = b"GET /v1/x HTTP/1.0\r\nhost: recursa\r\n\r\n"
+Ask = Callable[..., bytes | None]
+
+
+class Daemon:
+    """Answers one connection with ``reply``; closes it after, unless ``hold``
+    (then it stays open until the test ends)."""
+
+    def __init__(self, path: Path, reply: bytes, *, hold: bool) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(os.fspath(path))
+        self.listener.listen(1)
+        self.reply, self.hold = reply, hold
+        self.request = b""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self.listener.accept()
+        with connection:
+            while b"\r\n\r\n" not in self.request:
+                chunk = connection.recv(4096)
+                if not chunk:
+                    break
+                self.request += chunk
+            try:
+                connection.sendall(self.reply)
+            except OSError:  # the reader stopped reading a reply too long for it
+                return
+            if self.hold:
+                self.done.wait()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+        self.listener.close()
+
+
+@pytest.fixture
+def answer(tmp_path: Path) -> Iterator[Ask]:
+    daemons: list[Daemon] = []
+
+    def ask(reply: bytes, *, hold: bool = False, limit: int | None = None) -> bytes | None:
+        path = tmp_path / f"d{len(daemons)}.sock"
+        daemon = Daemon(path, reply, hold=hold)
+        daemons.append(daemon)
+        body = peek._exchange(os.fspath(path), REQUEST, limit)
+        assert daemon.request == REQUEST
+        return body
+
+    yield ask
+    for daemon in daemons:
+        daemon.close()
+
+
+def test_a_body_framed_by_its_length_is_read_without_waiting_for_the_end(answer: Ask) -> None:
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n[1, 2 ]"
+    assert answer(reply, hold=True) == b"[1, 2 ]"
+    assert answer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", hold=True) == b""
+
+
+def test_a_body_framed_by_the_connections_end_is_read_whole(answer: Ask) -> None:
+    lines = b"".join(b'{"seq": %d}\n' % n for n in range(20_000))  # several reads
+    assert answer(b"HTTP/1.1 200 OK\r\ncontent-type: x\r\n\r\n" + lines) == lines
+    assert answer(b"HTTP/1.0 200 OK\r\n\r\n" + lines, limit=len(lines)) == lines
+
+
+@pytest.mark.parametrize(
+    ("reply", "limit"),
+    [
+        (b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}", None),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", None),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}", None),  # cut short
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}{}", None),  # more than it said
+        (b"HTTP/1.1 200 OK\r\ncontent-length: two\r\n\r\n{}", None),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n{}", None),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: \xb2\r\n\r\n{}", None),  # a digit, not ASCII
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n{}", None),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", None),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2", None),  # the head never ends
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n12345", 4),  # past the limit
+        (b"HTTP/1.1 200 OK\r\n\r\n12345", 4),
+    ],
+)
+def test_any_other_answer_is_none(answer: Ask, reply: bytes, limit: int | None) -> None:
+    assert answer(reply, limit=limit) is None
+
+
+def test_a_head_past_its_bound_is_none(answer: Ask) -> None:
+    header = b"x-filler: " + b"a" * peek.MAX_HEAD_BYTES + b"\r\n"
+    assert answer(b"HTTP/1.1 200 OK\r\n" + header + b"content-length: 2\r\n\r\n{}") is None
