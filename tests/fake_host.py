@@ -106,13 +106,14 @@ class FakeHost(unserved("person")):  # type: ignore[misc]
         )
         return result
 
-    async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
+    async def events(self, request: EventsQuery) -> AsyncIterator[list[EventRecord]]:
         session_id = self._resolve(request.session).id
         return self._records(session_id, request.after, request.follow)
 
     async def _records(
         self, session_id: str, after: int, follow: bool
-    ) -> AsyncIterator[EventRecord]:
+    ) -> AsyncIterator[list[EventRecord]]:
+        # The stored records in one page, then each live one alone.
         # Snapshot and subscribe in one step of the loop: nothing falls between.
         stored = [r for r in self.records if r.session_id == session_id and r.seq > after]
         queue: asyncio.Queue[EventRecord] = asyncio.Queue()
@@ -120,12 +121,12 @@ class FakeHost(unserved("person")):  # type: ignore[misc]
             self._subscribers.add(queue)
         self.open_streams += 1
         try:
-            for record in stored:
-                yield record
+            if stored:
+                yield stored
             while follow:
                 record = await queue.get()
                 if record.session_id == session_id and (record.seq == 0 or record.seq > after):
-                    yield record
+                    yield [record]
         finally:
             self._subscribers.discard(queue)
             self.open_streams -= 1

@@ -1,6 +1,8 @@
-"""An event stream: NDJSON over chunked HTTP from a host's event iterator.
+"""An event stream: NDJSON over chunked HTTP from a host's iterator of pages
+of event records.
 
-It sends one :func:`~recursa.protocol.events.record_to_dict` per line, and
+It sends one :func:`~recursa.protocol.events.record_to_dict` per line (a
+page's lines in one write), and
 the control lines of :data:`~recursa.protocol.wire.StreamControl`: a
 heartbeat after ``heartbeat`` seconds of silence, an error line if the
 host's iterator fails, a shutdown line when the server stops. It ends when
@@ -29,7 +31,7 @@ _END = object()
 
 
 class EventStream(Response):
-    """NDJSON over chunked HTTP from a host's event iterator.
+    """NDJSON over chunked HTTP from a host's iterator of pages of records.
 
     It watches three things at once: the next record, the client's
     disconnect, and the server's stop. Waiting for the next record is never
@@ -40,7 +42,7 @@ class EventStream(Response):
     media_type = NDJSON
 
     def __init__(
-        self, records: AsyncIterator[EventRecord], *, heartbeat: float, stop: StopSignal
+        self, records: AsyncIterator[list[EventRecord]], *, heartbeat: float, stop: StopSignal
     ) -> None:
         self._records = records
         self._heartbeat = heartbeat
@@ -67,16 +69,16 @@ class EventStream(Response):
                     return
                 if pending in done:
                     ready, pending = pending, None
-                    line, last = _record_line(ready)
-                    if line is not None:
-                        await _send_line(send, line)
+                    lines, last = _page_lines(ready)
+                    if lines:
+                        await _send_lines(send, lines)
                     if last:
                         break
                     continue  # records that are ready go out before a stop
                 if stopping in done:
-                    await _send_line(send, {"type": "shutdown"})
+                    await _send_lines(send, [{"type": "shutdown"}])
                     break
-                await _send_line(send, {"type": "heartbeat"})
+                await _send_lines(send, [{"type": "heartbeat"}])
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self._close(disconnected, stopping, pending)
@@ -95,7 +97,7 @@ class EventStream(Response):
                 logger.exception("closing an event iterator failed")
 
 
-async def _next(records: AsyncIterator[EventRecord]) -> object:
+async def _next(records: AsyncIterator[list[EventRecord]]) -> object:
     try:
         return await records.__anext__()
     except StopAsyncIteration:
@@ -107,25 +109,27 @@ async def _disconnect(receive: Receive) -> None:
         pass
 
 
-def _record_line(ready: asyncio.Future[Any]) -> tuple[dict[str, Any] | None, bool]:
-    """The line for a finished step of the iterator, and whether it is the last."""
+def _page_lines(ready: asyncio.Future[Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The lines for a finished step of the iterator, and whether it is the last."""
     try:
         value = ready.result()
     except Exception as exc:
         error, bug = wire_error(exc)
         if bug:
             logger.error("an event stream failed: %s", error.message, exc_info=exc)
-        return {"type": "error", **error_body(error.kind, error.message)}, True
+        return [{"type": "error", **error_body(error.kind, error.message)}], True
     if value is _END:
-        return None, True
-    if not isinstance(value, EventRecord):
-        logger.error("an event iterator yielded %r, not an EventRecord", type(value).__name__)
-        return {"type": "error", **error_body("internal", "internal error: bad event")}, True
-    return record_to_dict(value), False
+        return [], True
+    if not isinstance(value, list) or not all(isinstance(item, EventRecord) for item in value):
+        logger.error(
+            "an event iterator yielded %r, not a list of EventRecord", type(value).__name__
+        )
+        return [{"type": "error", **error_body("internal", "internal error: bad event")}], True
+    return [record_to_dict(record) for record in value], False
 
 
-async def _send_line(send: Send, data: dict[str, Any]) -> None:
-    body = (json_text(data) + "\n").encode()
+async def _send_lines(send: Send, lines: list[dict[str, Any]]) -> None:
+    body = "".join(json_text(data) + "\n" for data in lines).encode()
     await send({"type": "http.response.body", "body": body, "more_body": True})
 
 

@@ -6,6 +6,10 @@ A watcher never reads the whole log per update: it reads after the last
 each new record as it is stored. The switch from stored to live is made
 without a gap or a repeat: the live source is attached, then the store is
 read, and anything live at or below the last seq read is dropped.
+
+Records come in pages (lists, in seq order): the stream sends a page as one
+write, so a history of thousands of records, or a burst of live ones, costs
+a few writes and event-loop turns rather than a few per record.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from recursa.runtime.runtime import Runtime
 
 FEED_PAGE = 1000
 """Rows the feed reads from the store at a time."""
+PAGE = 500
+"""The most records of a page."""
 
 
 class EventReads:
@@ -29,14 +35,16 @@ class EventReads:
         self.runtime = runtime
         self.store = runtime.store
 
-    async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
-        """The session's records (NotFound, or a usage error, at once)."""
+    async def events(self, request: EventsQuery) -> AsyncIterator[list[EventRecord]]:
+        """The session's records, in pages (NotFound, or a usage error, at once)."""
         row = self.store.session(request.session)
         if request.before is not None and request.follow:
             raise UsageError("before pages back through stored events: it cannot follow")
         return self._records(row.id, request)
 
-    async def _records(self, session_id: str, request: EventsQuery) -> AsyncIterator[EventRecord]:
+    async def _records(
+        self, session_id: str, request: EventsQuery
+    ) -> AsyncIterator[list[EventRecord]]:
         """Stored events after the cursor (or the last ``limit`` of them), then
         (``in_progress``) the streamed pieces of the reply or cell in progress,
         then live ones. The listener is attached, and the pieces so far taken,
@@ -55,28 +63,35 @@ class EventReads:
                 )
             else:
                 stored = self.store.events(session_id, after=request.after, before=request.before)
-            for record in stored:
-                yield record
-                last = record.seq
+            for start in range(0, len(stored), PAGE):
+                yield stored[start : start + PAGE]
+            if stored:
+                last = stored[-1].seq
             if not follow:
                 return
-            for record in pieces:
-                yield record
+            if pieces:
+                yield list(pieces)
             while True:
-                record = await live.get()
-                if record.seq:
-                    if record.seq <= last:
-                        continue
-                    last = record.seq
-                yield record
+                arrived = [await live.get()]
+                while not live.empty() and len(arrived) < PAGE:
+                    arrived.append(live.get_nowait())
+                page = []
+                for record in arrived:
+                    if record.seq:
+                        if record.seq <= last:
+                            continue
+                        last = record.seq
+                    page.append(record)
+                if page:
+                    yield page
         finally:
             if stop is not None:
                 stop()
 
-    async def feed(self, request: FeedQuery) -> AsyncIterator[EventRecord]:
+    async def feed(self, request: FeedQuery) -> AsyncIterator[list[EventRecord]]:
         return self._feed(request.after, request.follow)
 
-    async def _feed(self, after: int, follow: bool) -> AsyncIterator[EventRecord]:
+    async def _feed(self, after: int, follow: bool) -> AsyncIterator[list[EventRecord]]:
         """Every session's stored records after ``after`` in pages, then, with
         ``follow``, the new ones: woken by each append, read from the store."""
         appended = asyncio.Event()
@@ -86,8 +101,8 @@ class EventReads:
             while True:
                 appended.clear()  # before reading: an append during the read wakes us
                 page, read_to = self.store.feed(after=last, limit=FEED_PAGE)
-                for record in page:
-                    yield record
+                if page:
+                    yield page
                 more = read_to > last  # rows were read (some may not decode): look again
                 last = read_to
                 if more:
@@ -100,4 +115,4 @@ class EventReads:
                 stop()
 
 
-__all__ = ["FEED_PAGE", "EventReads"]
+__all__ = ["FEED_PAGE", "PAGE", "EventReads"]

@@ -279,10 +279,10 @@ class PeopleApi:
 
     # ----------------------------------------------------------------- events
 
-    async def events(self, request: EventsQuery) -> AsyncIterator[EventRecord]:
+    async def events(self, request: EventsQuery) -> AsyncIterator[list[EventRecord]]:
         return await self._reads.events(request)
 
-    async def feed(self, request: FeedQuery) -> AsyncIterator[EventRecord]:
+    async def feed(self, request: FeedQuery) -> AsyncIterator[list[EventRecord]]:
         return await self._reads.feed(request)
 
     # -------------------------------------------------------- tree, accounting
