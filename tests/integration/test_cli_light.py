@@ -172,7 +172,7 @@ def test_agents_and_usage_are_answered_without_typer_pydantic_or_asyncio_as_the_
     assert "pydantic" not in modules
 
     full_table, modules = probe(["--full", "agents"], env, tmp_path)
-    assert "recursa.cli.sessions" in modules and "pydantic" in modules
+    assert "recursa.cli.sessions" in modules and "typer" in modules
     full_listed, _ = probe(["--full", "agents", "--json"], env, tmp_path)
     assert json.loads(listed) == json.loads(full_listed)
     assert [i["id"] for i in json.loads(listed)] == [session]
@@ -202,7 +202,7 @@ def test_logs_are_answered_without_typer_pydantic_or_asyncio_as_the_full_path_wo
     transcript, modules = probe(["logs", session], env, tmp_path)
     assert quick_needs_not(modules) == [] and "recursa.daemon.peek" in modules
     full_transcript, modules = probe(["--full", "logs", session], env, tmp_path)
-    assert "recursa.daemon.client" in modules and "pydantic" in modules
+    assert "recursa.daemon.client" in modules and "typer" in modules
     assert transcript == full_transcript
     assert "print(6 * 7)" in transcript and "forty-two" in transcript
     assert transcript.splitlines()[-1].startswith(f"── {session} idle · 2 model calls")
@@ -271,6 +271,8 @@ def test_a_run_against_a_running_daemon_reads_no_configuration(
     assert out.strip() == "again"
     assert "recursa.config" not in modules
     assert heavy(modules, "run") == []
+    # The daemon's replies are rebuilt without pydantic (recursa.protocol.plain).
+    assert "pydantic" not in modules
 
 
 def test_a_daemon_is_stopped_whatever_its_configuration_file_became(

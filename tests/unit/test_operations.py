@@ -140,7 +140,7 @@ def test_replies_decode_by_their_type() -> None:
     info = SessionInfo("s1", None, None, "idle", "faux/echo", "/", 1.0, 2.0)
     assert decode(list[SessionInfo], encode([info])) == [info]
     assert decode(SessionInfo | None, None) is None
-    with pytest.raises(ValueError, match="expected a JSON array"):
+    with pytest.raises(ValueError, match="expected an array"):
         decode(list[SessionInfo], {"not": "a list"})
 
 

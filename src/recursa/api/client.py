@@ -234,10 +234,10 @@ def seconds(value: object, name: str, *, allow_none: bool) -> float | None:
 
 def decode(cls: type[T], data: object, what: str) -> T:
     """A wire value from a reply's JSON; a malformed one is a DaemonError."""
-    from recursa.protocol.wire import from_json
+    from recursa.protocol.plain import from_plain
 
     try:
-        return from_json(cls, data)
+        return from_plain(cls, data)
     except ValueError:
         raise malformed(what) from None
 

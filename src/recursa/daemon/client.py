@@ -71,6 +71,7 @@ from recursa.protocol.person_ops import (
     SessionRef,
     SessionsQuery,
 )
+from recursa.protocol.plain import from_plain
 from recursa.protocol.wire import (
     HEARTBEAT_SECONDS,
     CreateSession,
@@ -80,7 +81,6 @@ from recursa.protocol.wire import (
     SessionInfo,
     Shutdown,
     UsageNode,
-    from_json,
 )
 
 DEFAULT_TIMEOUT = 120.0
@@ -167,7 +167,7 @@ class DaemonClient:
             if read_token(self._paths) is None:
                 return None
             raise
-        return from_json(DaemonStatus, decode_reply(response, "GET", STATUS.path))
+        return from_plain(DaemonStatus, decode_reply(response, "GET", STATUS.path))
 
     # The most used rows, spelled out (everything else: :meth:`call`).
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 from urllib.parse import quote
 
-from recursa.protocol.wire import from_json, to_json
+from recursa.protocol.plain import from_plain
+from recursa.protocol.wire import to_json
 from recursa.values import frozen
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -153,21 +154,9 @@ def encode(value: object) -> Any:
 
 
 def decode(kind: Any, data: object) -> Any:
-    """A reply of type ``kind`` from JSON data; ValueError when it does not fit."""
-    origin = get_origin(kind)
-    if origin is list:
-        if not isinstance(data, list):
-            raise ValueError("expected a JSON array")
-        (item,) = get_args(kind)
-        return [decode(item, element) for element in data]
-    if origin in (Union, types.UnionType):
-        if data is None and type(None) in get_args(kind):
-            return None
-        (inner,) = [a for a in get_args(kind) if a is not type(None)]
-        return decode(inner, data)
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        return from_json(kind, data)
-    return data
+    """A reply of type ``kind`` (None: any JSON) from the daemon's JSON data
+    (:func:`~recursa.protocol.plain.from_plain`); ValueError when it does not fit."""
+    return data if kind is None else from_plain(kind, data)
 
 
 def _options(kind: Any) -> tuple[Any, ...]:

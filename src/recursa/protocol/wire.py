@@ -48,6 +48,7 @@ from recursa.protocol.fields import (
     Version,
 )
 from recursa.protocol.harness import Action, Actor, EntryVersion, Kind, Scope, Status
+from recursa.protocol.plain import to_plain
 from recursa.validation import after, field_options, length, one_line
 from recursa.values import frozen
 
@@ -471,8 +472,7 @@ def to_json(value: object) -> dict[str, Any]:
     """A wire value as a JSON-ready dict (tuples become lists)."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):
         raise TypeError(f"not a wire value: {value!r}")
-    # warnings=False: a value built in-process is sent as it is, as asdict() did.
-    dumped: dict[str, Any] = _adapter(type(value)).dump_python(value, mode="json", warnings=False)
+    dumped: dict[str, Any] = to_plain(value)
     return dumped
 
 
