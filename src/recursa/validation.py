@@ -56,7 +56,7 @@ _BOUNDS: dict[str, tuple[str, str]] = {
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
-class _After:
+class After:
     """``Annotated`` metadata: ``check`` runs on the value after its type's
     own validation (pydantic's ``AfterValidator``); with ``info``, it is also
     given pydantic's ``ValidationInfo`` (the fields validated before it)."""
@@ -80,14 +80,14 @@ class _After:
         return core_schema.no_info_after_validator_function(self.check, handler(source))
 
 
-def after(check: Callable[[Any], Any], *, info: bool = False) -> Any:
+def after(check: Callable[..., Any], *, info: bool = False) -> After:
     """A check of an ``Annotated`` type: ``check(value)`` (``check(value,
     info)`` with ``info``) returns the value or raises ``ValueError`` with the
     message a person reads."""
-    return _After(check, info)
+    return After(check, info)
 
 
-class _Length:
+class Length:
     """``Annotated`` metadata: the bounds of a string's length or a tuple's."""
 
     __slots__ = ("least", "most")
@@ -113,23 +113,25 @@ class _Length:
         return result
 
 
-def length(*, least: int | None = None, most: int | None = None) -> Any:
+def length(*, least: int | None = None, most: int | None = None) -> Length:
     """The bounds of a string's length or a tuple's, for an ``Annotated`` type
     (pydantic's ``Field(min_length=..., max_length=...)``)."""
-    return _Length(least, most)
+    return Length(least, most)
 
 
 def field_options(**options: Any) -> FieldInfo:
-    """Pydantic's ``Field(**options)`` (``validate_default=True``): only in an
-    annotation that stays a string until pydantic builds the schema (a module
-    with ``from __future__ import annotations``), so pydantic is imported then."""
+    """Pydantic's ``Field(**options)`` (``validate_default=True``), imported
+    when called: only in an annotation that stays a string (a module with
+    ``from __future__ import annotations``), which pydantic evaluates when it
+    builds the schema, as does anything else that evaluates the annotation
+    (``typing.get_type_hints``)."""
     from pydantic import Field
 
     info: FieldInfo = Field(**options)
     return info
 
 
-def within(low: float, high: float, *, duration: bool = False, above: bool = False) -> Any:
+def within(low: float, high: float, *, duration: bool = False, above: bool = False) -> After:
     """A pydantic check that a number lies in ``[low, high]`` (``(low, high]``
     with ``above``); its error states the range. ``duration``: the bounds are
     shown as durations (``1h30m``) rather than numbers."""
@@ -291,6 +293,8 @@ def _unwrap(kind: Any) -> Any:
 
 __all__ = [
     "MAX_SHOWN_CHARS",
+    "After",
+    "Length",
     "after",
     "checked_text",
     "describe",

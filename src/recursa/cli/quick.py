@@ -18,6 +18,7 @@ path then prints nothing and :func:`answer` returns None.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -127,26 +128,23 @@ def _logs(ref: str, json_out: bool) -> Callable[[], None] | None:
             record = record_from_dict(data)  # an error or shutdown line is no event
             if record.seq:
                 records.append(record)
-        footer = None
-        if not json_out:
+        # Rendered here, whole, before anything is printed: a record this
+        # version cannot show is the full path's to report.
+        text = io.StringIO()
+        if json_out:
+            for record in records:
+                json_line(record_to_dict(record), text)
+        else:
             info = peek.get(f"/sessions/{ref}")
             if info is None:
                 return None
-            footer = session_footer(json.loads(info, object_hook=_namespace))
+            printer = TranscriptPrinter(out=text, color=color_enabled(sys.stdout))
+            for record in records:
+                printer.handle(record)
+            print(session_footer(json.loads(info, object_hook=_namespace)), file=text)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-
-    def show() -> None:
-        if json_out:
-            for record in records:
-                json_line(record_to_dict(record), sys.stdout)
-            return
-        printer = TranscriptPrinter(out=sys.stdout, color=color_enabled(sys.stdout))
-        for record in records:
-            printer.handle(record)
-        print(footer)
-
-    return show
+    return lambda: print(text.getvalue(), end="")
 
 
 def _namespace(fields: dict[str, Any]) -> SimpleNamespace:

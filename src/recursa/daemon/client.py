@@ -167,7 +167,10 @@ class DaemonClient:
             if read_token(self._paths) is None:
                 return None
             raise
-        return from_plain(DaemonStatus, decode_reply(response, "GET", STATUS.path))
+        try:
+            return from_plain(DaemonStatus, decode_reply(response, "GET", STATUS.path))
+        except ValueError:
+            raise DaemonError(f"the daemon sent a malformed reply to GET {STATUS.path}") from None
 
     # The most used rows, spelled out (everything else: :meth:`call`).
 

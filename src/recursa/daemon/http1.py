@@ -31,8 +31,8 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-MAX_HEAD_BYTES = 64 * 1024
-"""The most a reply's status line and headers may take."""
+from recursa.daemon.framing import MAX_HEAD_BYTES, chunk_size, content_length, parse_head
+
 READ_SIZE = 64 * 1024
 
 T = TypeVar("T")
@@ -196,13 +196,10 @@ class _Body:
         self._reader = reader
         self._timeout = timeout
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
         try:
-            self._length = None if length is None else int(length)
-        except ValueError:
-            raise Broken(f"a bad content-length: {length!r}") from None
-        if self._length is not None and self._length < 0:
-            raise Broken(f"a bad content-length: {length!r}")
+            self._length = content_length(headers)
+        except ValueError as exc:
+            raise Broken(str(exc)) from None
         self._done = False
 
     async def pieces(self) -> AsyncIterator[bytes]:
@@ -232,11 +229,9 @@ class _Body:
         while True:
             size_line = await _timed(reader.readuntil(b"\r\n"), timeout)
             try:
-                size = int(size_line.split(b";", 1)[0].strip(), 16)
-                if size < 0:
-                    raise ValueError(size)
-            except ValueError:
-                raise Broken(f"a bad chunk size: {size_line[:40]!r}") from None
+                size = chunk_size(size_line[:-2])
+            except ValueError as exc:
+                raise Broken(str(exc)) from None
             if size == 0:
                 # Trailers (none from uvicorn), up to the blank line.
                 while (await _timed(reader.readuntil(b"\r\n"), timeout)) != b"\r\n":
@@ -259,17 +254,10 @@ async def _read_head(
 ) -> tuple[int, dict[str, str]]:
     """The status code and headers (names in lower case) of a reply."""
     head = await _timed(reader.readuntil(b"\r\n\r\n"), timeout)
-    status_line, *lines = head[:-4].decode("latin-1").split("\r\n")
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise Broken(f"not an HTTP reply: {status_line[:80]!r}")
-    headers: dict[str, str] = {}
-    for line in lines:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise Broken(f"a bad header line: {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
+    try:
+        return parse_head(head[:-4])
+    except ValueError as exc:
+        raise Broken(str(exc)) from None
 
 
 async def _timed(step: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC109

@@ -1,19 +1,21 @@
-"""One read from the running daemon, synchronous and on the standard library
+"""Reads from the running daemon, synchronous and on the standard library
 alone: for CLI calls that only read (:mod:`recursa.cli.quick`), which would
 otherwise spend most of their time importing :mod:`recursa.daemon.client`'s
-asyncio, pydantic and transport.
+asyncio and the command line's typer.
 
 It never starts a daemon, resends, or explains a failure: any answer but a
-200 from a daemon of this version is None, and the caller's full path (the
-real client) takes over, with its recoveries and its one-line errors. So is a
-home the full path would refuse (one others may write to, where a planted
-state file could point the token at their socket), or a socket not at its
-usual place in the home.
+whole 200 from a daemon of this version is None, and the caller's full path
+(the real client) takes over, with its recoveries and its one-line errors.
+So is a home the full path would refuse (one others may write to, where a
+planted state file could point the token at their socket), or a socket not
+at its usual place in the home.
 
-The request is HTTP/1.0 over a new connection: the daemon's reply is then
-framed by the connection's end (and checked against its ``content-length``),
-which takes no HTTP library to read (``http.client`` imports the email
-package, a quarter of a quick call's time).
+Each read is one request on a new connection (``connection: close``), read
+to the connection's end and then taken apart with
+:mod:`recursa.daemon.framing`: a body framed by its ``content-length`` or
+chunked, whole (a chunked body that lost its last chunk, as when the daemon
+stops mid-stream, is None, never a history cut short). ``http.client`` would
+import the email package, a quarter of a quick call's time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import socket
 
 from recursa import __version__
+from recursa.daemon.framing import MAX_HEAD_BYTES, content_length, dechunk, parse_head
 from recursa.daemon.harden import harden_process
 from recursa.daemon.paths import DaemonPaths, check_home, read_state, read_token
 from recursa.environ import home_dir
@@ -30,8 +33,8 @@ from recursa.protocol.common import API_PREFIX, PROTOCOL_VERSION
 
 TIMEOUT = 5.0
 """Seconds to connect and for each read; past them the caller's full path takes over."""
-MAX_HEAD_BYTES = 64 * 1024
-"""The most a reply's status line and headers may take."""
+MAX_BODY_BYTES = 64 << 20
+"""The most a reply without a ``limit`` may bring (a listing of sessions)."""
 READ_SIZE = 64 * 1024
 
 
@@ -59,18 +62,17 @@ def get(path: str, *, limit: int | None = None) -> bytes | None:
         return None
     if not (token.isascii() and token.isprintable()):
         return None  # a token unfit for a header
-    target = API_PREFIX + path
-    request = f"GET {target} HTTP/1.0\r\nhost: recursa\r\nauthorization: Bearer {token}\r\n\r\n"
+    head = f"GET {API_PREFIX}{path} HTTP/1.1\r\nhost: recursa\r\nconnection: close\r\n"
+    request = f"{head}authorization: Bearer {token}\r\n\r\n".encode("ascii")
     try:
-        return _exchange(state.socket, request.encode("ascii"), limit)
-    except (OSError, UnicodeError):
+        return _exchange(state.socket, request, limit)
+    except (OSError, UnicodeError, ValueError):  # ValueError: a malformed reply
         return None
 
 
 def _exchange(path: str, request: bytes, limit: int | None) -> bytes | None:
-    """The body of the daemon's answer to ``request`` if it is a 200 of at
-    most ``limit`` bytes, framed by its ``content-length`` or else by the
-    connection's end; else None."""
+    """The body of the daemon's answer to ``request`` if it is a whole 200
+    of at most ``limit`` bytes, else None."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(TIMEOUT)
         sock.connect(path)
@@ -83,29 +85,33 @@ def _exchange(path: str, request: bytes, limit: int | None) -> bytes | None:
         head, _, start = received.partition(b"\r\n\r\n")
         if len(head) > MAX_HEAD_BYTES:
             return None
-        status, *lines = head.decode("latin-1").split("\r\n")
-        if status.split(" ", 2)[:2] not in (["HTTP/1.0", "200"], ["HTTP/1.1", "200"]):
+        status, headers = parse_head(head)
+        length = content_length(headers)
+        most = MAX_BODY_BYTES if limit is None else limit
+        if status != 200:
             return None
-        length = None
-        for line in lines:
-            name, colon, value = line.partition(":")
-            name = name.strip().lower()
-            if not colon or name == "transfer-encoding":
-                return None  # a chunked body is not this version's daemon's answer
-            if name == "content-length":
-                digits = value.strip()
-                if not (digits.isascii() and digits.isdigit()):
-                    return None
-                length = int(digits)
-        most = length if length is not None else (limit if limit is not None else 1 << 62)
-        if limit is not None and most > limit:
-            return None
-        pieces, size = [start], len(start)
-        while size < most and (piece := sock.recv(min(READ_SIZE, most + 1 - size))):
-            pieces.append(piece)
-            size += len(piece)
-    if (length is not None and size != length) or size > most:
-        return None  # cut short, or longer than it said
+        if length is not None:  # read to its length: the connection may stay open
+            return _read(sock, start, length, whole=False) if length <= most else None
+        if headers.get("transfer-encoding", "").lower() != "chunked":
+            return None  # framed by the connection's end: it may have been cut short
+        raw = _read(sock, start, 2 * most + 64, whole=True)  # a chunk's framing is a few bytes
+        body = None if raw is None else dechunk(raw)
+        return body if body is not None and len(body) <= most else None
+
+
+def _read(sock: socket.socket, start: bytes, most: int, *, whole: bool) -> bytes | None:
+    """``start`` and what follows it on ``sock``: exactly ``most`` bytes, or
+    (``whole``) everything to the connection's end if that is at most
+    ``most``; else None."""
+    pieces, size = [start], len(start)
+    while size <= most and (whole or size < most):
+        piece = sock.recv(min(READ_SIZE, most + 1 - size))
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    if size > most or (not whole and size != most):
+        return None
     return b"".join(pieces)
 
 

@@ -40,6 +40,7 @@ from typing import Any, Literal, get_args
 from recursa.errors import FailureKind
 from recursa.models.types import ToolCall
 from recursa.protocol.common import PROTOCOL_VERSION, SessionStatus, json_text
+from recursa.protocol.plain import field_names
 from recursa.values import frozen
 
 InputSource = Literal["user", "system", "parent", "child", "sibling", "schedule", "goal", "gate"]
@@ -348,20 +349,10 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     gives (with ``type`` moved first), without its deep copy of every leaf:
     this runs for every event stored or streamed."""
     data: dict[str, Any] = {"type": event.type}
-    for name in _field_names(type(event)):
+    for name in field_names(type(event)):
         if name != "type":
             data[name] = _plain(getattr(event, name))
     return data
-
-
-_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
-
-
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
 
 
 def _plain(value: Any) -> Any:
@@ -373,7 +364,7 @@ def _plain(value: Any) -> Any:
     if type(value) is tuple or type(value) is list:
         return type(value)(_plain(item) for item in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+        return {name: _plain(getattr(value, name)) for name in field_names(type(value))}
     if isinstance(value, dict):
         return {_plain(key): _plain(item) for key, item in value.items()}
     return copy.deepcopy(value)
@@ -388,7 +379,7 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown event type {kind!r}")
-    names = _field_names(cls)
+    names = field_names(cls)
     kwargs = {k: v for k, v in data.items() if k in names}
     if "tool_calls" in kwargs:
         kwargs["tool_calls"] = tuple(ToolCall(**call) for call in kwargs["tool_calls"])

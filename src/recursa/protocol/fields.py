@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Annotated
 
 from recursa.duration import Duration
-from recursa.validation import after, length, within
+from recursa.validation import After, after, length, within
 
 MAX_TEXT_CHARS = 4_000_000
 """A task, a message, an entry's content: bounded by the body's size (16 MiB) anyway."""
@@ -83,7 +83,7 @@ def check_session_name(name: str) -> str:
     return name
 
 
-def one_of(allowed: Iterable[str]) -> Any:
+def one_of(allowed: Iterable[str]) -> After:
     """A pydantic check that a string is one of ``allowed``, for fields that are
     plain ``str`` to their Python callers (a CLI flag's text)."""
     options = tuple(allowed)

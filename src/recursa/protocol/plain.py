@@ -16,7 +16,9 @@ The types it reads are the ones replies are made of: ``str``, ``int``,
 ``dict[str, ...]`` of them, ``Any`` (JSON as it is), nested dataclasses, and
 unions of dataclasses told apart by a literal ``type`` field (the events).
 Any other type is a ``TypeError`` when its reader is first built: a
-programming error, found by the tests that read every reply type.
+programming error, found by the tests that read every reply type. Data that
+does not fit is a :class:`Misfit`, a ``ValueError`` whose one line names the
+field.
 """
 
 from __future__ import annotations
@@ -27,12 +29,23 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union
 
+from recursa.validation import shown
+
 T = TypeVar("T")
 
 Reader = Callable[[Any], Any]
 
 _READERS: dict[Any, Reader] = {}
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+class Misfit(ValueError):
+    """Data that does not fit its type: the problem, and where (the field
+    names from the outermost): ``usage.cost: expected a number, not 'free'``."""
+
+    def __init__(self, problem: str, path: tuple[str, ...] = ()) -> None:
+        self.problem, self.path = problem, path
+        super().__init__(f"{'.'.join(path)}: {problem}" if path else problem)
 
 
 def to_plain(value: Any) -> Any:
@@ -46,28 +59,32 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {_key(key): to_plain(item) for key, item in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: to_plain(getattr(value, name)) for name in _field_names(type(value))}
+        return {name: to_plain(getattr(value, name)) for name in field_names(type(value))}
     raise TypeError(f"not JSON data: a {type(value).__name__}")
 
 
 def from_plain(kind: type[T], data: object) -> T:
     """A value of ``kind`` from the JSON data :func:`to_plain` made of it;
-    ``ValueError`` (one line) for data of another shape."""
-    value: T = _reader(kind)(data)
+    a :class:`Misfit` for data of another shape."""
+    try:
+        value: T = _reader(kind)(data)
+    except RecursionError:
+        raise Misfit("nested too deep") from None
     return value
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    """A dataclass's field names, in order (looked up once per class)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"not JSON data: a {type(key).__name__} key")
     return key
-
-
-def _field_names(cls: type[Any]) -> tuple[str, ...]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
 
 
 def _reader(kind: Any) -> Reader:
@@ -109,7 +126,7 @@ def _build(kind: Any) -> Reader:
 
 class _Dataclass:
     """Reads a JSON object into ``cls``: each field by its type (a missing one
-    takes its default, or is an error), unknown keys ignored (a newer peer)."""
+    takes its default, or is a misfit), unknown keys ignored (a newer peer)."""
 
     def __init__(self, cls: type[Any]) -> None:
         self.cls = cls
@@ -121,9 +138,12 @@ class _Dataclass:
         values = {}
         for name, read, required in fields:
             if name in given:
-                values[name] = read(given[name])
+                try:
+                    values[name] = read(given[name])
+                except Misfit as exc:
+                    raise Misfit(exc.problem, (name, *exc.path)) from None
             elif required:
-                raise ValueError(f"{self.cls.__name__}.{name} is missing")
+                raise Misfit("missing", (name,))
         return self.cls(**values)
 
     def _plan(self) -> tuple[tuple[str, Reader, bool], ...]:
@@ -147,21 +167,26 @@ def _any(data: object) -> object:
 def _scalar(kind: type[Any], what: str) -> Reader:
     def read(data: object) -> object:
         if type(data) is not kind:
-            raise ValueError(f"expected {what}, not {_shown(data)}")
+            raise Misfit(f"expected {what}, not {shown(data)}")
         return data
 
     return read
 
 
 def _number(data: object) -> float:
-    if type(data) is not float and type(data) is not int:
-        raise ValueError(f"expected a number, not {_shown(data)}")
-    return float(data)
+    if type(data) is float:
+        return data
+    if type(data) is int:
+        try:
+            return float(data)
+        except OverflowError:
+            raise Misfit(f"expected a number a float can hold, not {shown(data)}") from None
+    raise Misfit(f"expected a number, not {shown(data)}")
 
 
 def _none(data: object) -> None:
     if data is not None:
-        raise ValueError(f"expected null, not {_shown(data)}")
+        raise Misfit(f"expected null, not {shown(data)}")
 
 
 _SCALARS: dict[Any, Reader] = {
@@ -174,11 +199,12 @@ _SCALARS: dict[Any, Reader] = {
 
 
 def _literal(options: tuple[Any, ...]) -> Reader:
+    kinds = {type(option) for option in options}  # str, int, bool: hashable values
     allowed = {(type(option), option) for option in options}
 
     def read(data: object) -> object:
-        if (type(data), data) not in allowed:
-            raise ValueError(f"expected one of {options!r}, not {_shown(data)}")
+        if type(data) not in kinds or (type(data), data) not in allowed:
+            raise Misfit(f"expected one of {options!r}, not {shown(data)}")
         return data
 
     return read
@@ -198,7 +224,7 @@ def _union(members: tuple[Any, ...]) -> Reader:
         tag = _object(data).get("type")
         kind = tagged.get(tag) if isinstance(tag, str) else None
         if kind is None:
-            raise ValueError(f"expected one of the types {sorted(tagged)}, not {_shown(data)}")
+            raise Misfit(f"expected one of the types {sorted(tagged)}, not {shown(tag)}")
         return _reader(kind)(data)
 
     return read
@@ -218,19 +244,14 @@ def _tag(kind: Any) -> str:
 
 def _array(data: object) -> list[Any]:
     if type(data) is not list:
-        raise ValueError(f"expected an array, not {_shown(data)}")
+        raise Misfit(f"expected an array, not {shown(data)}")
     return data
 
 
 def _object(data: object) -> dict[str, Any]:
     if type(data) is not dict:
-        raise ValueError(f"expected an object, not {_shown(data)}")
+        raise Misfit(f"expected an object, not {shown(data)}")
     return data
 
 
-def _shown(data: object) -> str:
-    text = repr(data)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-__all__ = ["from_plain", "to_plain"]
+__all__ = ["Misfit", "field_names", "from_plain", "to_plain"]

@@ -507,8 +507,8 @@ _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
 
 def _adapter(cls: type[T]) -> TypeAdapter[T]:
-    """One validator and serializer per wire type, built on first use (a race
-    builds one twice; either serves)."""
+    """One validator per wire type, built on first use (a race builds one
+    twice; either serves)."""
     adapter = _ADAPTERS.get(cls)
     if adapter is None:
         from pydantic import TypeAdapter

@@ -25,7 +25,9 @@ from recursa.runtime.runtime import Runtime
 FEED_PAGE = 1000
 """Rows the feed reads from the store at a time."""
 PAGE = 500
-"""The most records of a page."""
+"""The most records of a page of one session's events (stored, or live ones
+that arrived together); the feed's pages are its reads of the store
+(:data:`FEED_PAGE` rows)."""
 
 
 class EventReads:
