@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from recursa import __version__
 from recursa.daemon import peek
 from recursa.daemon.framing import MAX_HEAD_BYTES
+from recursa.daemon.paths import DaemonPaths, DaemonState, ensure_token, prepare_home, write_state
+from recursa.protocol.common import PROTOCOL_VERSION
 
 REQUEST = b"GET /v1/x HTTP/1.1\r\nhost: recursa\r\nconnection: close\r\n\r\n"
 Ask = Callable[..., bytes | None]
@@ -98,6 +101,8 @@ def test_a_chunked_body_is_read_whole_to_its_last_chunk(answer: Ask) -> None:
     assert answer(chunked(b"a", b"bc", trailer=b"x-t: 1\r\n")) == b"abc"
     assert answer(chunked(b"abc"), limit=3) == b"abc"
     assert answer(chunked(b"abc"), limit=2) is None
+    both = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
+    assert answer(both + b"3\r\nabc\r\n0\r\n\r\n") == b"abc"  # the chunks frame it, not the length
 
 
 @pytest.mark.parametrize(
@@ -107,6 +112,8 @@ def test_a_chunked_body_is_read_whole_to_its_last_chunk(answer: Ask) -> None:
         (chunked(b"{}")[: -len(b"0\r\n\r\n")], None),  # the daemon stopped mid-stream
         (chunked(b"{}")[:-2], None),
         (chunked(b"{}") + b"1\r\nx\r\n", None),  # more after the end
+        (chunked(b"{}") + b"\r\n", None),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\n\r\n{}\r\n0\r\n\r\n", None),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", None),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{}\r\n0\r\n\r\n", None),
         (b"HTTP/1.1 200 OK\r\ncontent-type: x\r\n\r\n{}", None),  # framed by the end alone
@@ -124,7 +131,7 @@ def test_a_chunked_body_is_read_whole_to_its_last_chunk(answer: Ask) -> None:
 def test_any_other_answer_is_none(answer: Ask, reply: bytes, limit: int | None) -> None:
     try:
         body = answer(reply, limit=limit)
-    except ValueError:  # a malformed head: get() answers None for it
+    except ValueError:  # malformed framing: get() answers None for it (below)
         body = None
     assert body is None
 
@@ -132,3 +139,29 @@ def test_any_other_answer_is_none(answer: Ask, reply: bytes, limit: int | None) 
 def test_a_head_past_its_bound_is_none(answer: Ask) -> None:
     header = b"x-filler: " + b"a" * MAX_HEAD_BYTES + b"\r\n"
     assert answer(b"HTTP/1.1 200 OK\r\n" + header + b"content-length: 2\r\n\r\n{}") is None
+
+
+def test_get_answers_none_for_a_malformed_reply_and_the_body_of_a_whole_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    paths = DaemonPaths.for_home(home)
+    prepare_home(paths)
+    token = ensure_token(paths)
+    state = DaemonState(1 << 22, os.fspath(paths.socket), 1.0, __version__, PROTOCOL_VERSION)
+    write_state(paths, state)
+    monkeypatch.setenv("RECURSA_HOME", os.fspath(home))
+    monkeypatch.setattr(peek, "harden_process", lambda: True)  # not this test process
+    replies = [
+        chunked(b"{}")[: -len(b"0\r\n\r\n")] + b"zz\r\n\r\n",  # a bad last chunk
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}",
+    ]
+    for reply, expected in zip(replies, (None, b"{}"), strict=True):
+        daemon = Daemon(paths.socket, reply, hold=False)
+        try:
+            assert peek.get("/sessions") == expected
+            assert daemon.request.startswith(b"GET /v1/sessions HTTP/1.1\r\n")
+            assert f"authorization: Bearer {token}\r\n".encode() in daemon.request
+        finally:
+            daemon.close()
+            paths.socket.unlink()

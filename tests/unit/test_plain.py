@@ -179,6 +179,14 @@ def test_a_missing_field_is_an_error_and_an_unknown_one_is_ignored() -> None:
     assert from_plain(float, 3) == 3.0 and type(from_plain(float, 3)) is float
 
 
+def test_a_misfit_in_an_array_names_its_position() -> None:
+    usage = to_plain(Usage())
+    leaf = {"id": "s-2", "name": None, "own": {**usage, "cost": "free"}, "total": usage}
+    tree = {"id": "s-1", "name": None, "own": usage, "total": usage, "children": [leaf]}
+    with pytest.raises(ValueError, match=r"^children\[0\]\.own\.cost: expected a number"):
+        from_plain(UsageNode, tree)
+
+
 def test_a_tree_nested_past_the_stack_is_a_misfit() -> None:
     usage = to_plain(Usage())
     node: dict[str, Any] = {"id": "s", "name": None, "own": usage, "total": usage, "children": []}

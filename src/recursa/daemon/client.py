@@ -152,8 +152,10 @@ class DaemonClient:
         )
         try:
             reply: Rep = decode(op.reply, data)
-        except ValueError:
-            raise DaemonError(f"the daemon sent a malformed reply to {op.method} {path}") from None
+        except ValueError as exc:
+            raise DaemonError(
+                f"the daemon sent a malformed reply to {op.method} {path}: {exc}"
+            ) from None
         return reply
 
     async def probe(self) -> DaemonStatus | None:
@@ -169,8 +171,10 @@ class DaemonClient:
             raise
         try:
             return from_plain(DaemonStatus, decode_reply(response, "GET", STATUS.path))
-        except ValueError:
-            raise DaemonError(f"the daemon sent a malformed reply to GET {STATUS.path}") from None
+        except ValueError as exc:
+            raise DaemonError(
+                f"the daemon sent a malformed reply to GET {STATUS.path}: {exc}"
+            ) from None
 
     # The most used rows, spelled out (everything else: :meth:`call`).
 

@@ -42,8 +42,8 @@ def content_length(headers: Mapping[str, str]) -> int | None:
 
 def chunk_size(line: bytes) -> int:
     """The size a chunk's size line (``1a3;ext\\r\\n``) gives."""
-    digits = line.split(b";", 1)[0].strip()
-    if not digits or digits.strip(b"0123456789abcdefABCDEF"):
+    digits = line.split(b";", 1)[0]
+    if not digits or digits.strip(b"0123456789abcdefABCDEF") or b"\n" in line:
         raise ValueError(f"a bad chunk size: {line[:40]!r}")
     return int(digits, 16)
 
@@ -62,8 +62,8 @@ def dechunk(body: bytes) -> bytes:
         if size == 0:
             # Trailers (none from uvicorn), then the blank line that ends the body.
             rest = body[start:]
-            if rest != b"\r\n" and not (
-                rest.endswith(b"\r\n\r\n") and rest.find(b"\r\n\r\n") == len(rest) - 4
+            if rest != b"\r\n" and (
+                rest.startswith(b"\r\n") or rest.find(b"\r\n\r\n") != len(rest) - 4
             ):
                 raise ValueError("a chunked body cut short, or more after it")
             return b"".join(pieces)

@@ -10,11 +10,12 @@ So is a home the full path would refuse (one others may write to, where a
 planted state file could point the token at their socket), or a socket not
 at its usual place in the home.
 
-Each read is one request on a new connection (``connection: close``), read
-to the connection's end and then taken apart with
-:mod:`recursa.daemon.framing`: a body framed by its ``content-length`` or
-chunked, whole (a chunked body that lost its last chunk, as when the daemon
-stops mid-stream, is None, never a history cut short). ``http.client`` would
+Each read is one request on a new connection (``connection: close``), its
+reply taken apart with :mod:`recursa.daemon.framing`: a body framed by its
+``content-length`` is read to that length; a chunked one to the
+connection's end, and then only if it is whole (a body that lost its last
+chunk, as when the daemon stops mid-stream, is None, never a history cut
+short). ``http.client`` would
 import the email package, a quarter of a quick call's time.
 """
 
@@ -90,13 +91,13 @@ def _exchange(path: str, request: bytes, limit: int | None) -> bytes | None:
         most = MAX_BODY_BYTES if limit is None else limit
         if status != 200:
             return None
+        if headers.get("transfer-encoding", "").lower() == "chunked":  # before any length
+            raw = _read(sock, start, 2 * most + 64, whole=True)  # a chunk's framing: a few bytes
+            body = None if raw is None else dechunk(raw)
+            return body if body is not None and len(body) <= most else None
         if length is not None:  # read to its length: the connection may stay open
             return _read(sock, start, length, whole=False) if length <= most else None
-        if headers.get("transfer-encoding", "").lower() != "chunked":
-            return None  # framed by the connection's end: it may have been cut short
-        raw = _read(sock, start, 2 * most + 64, whole=True)  # a chunk's framing is a few bytes
-        body = None if raw is None else dechunk(raw)
-        return body if body is not None and len(body) <= most else None
+        return None  # framed by the connection's end alone: it may have been cut short
 
 
 def _read(sock: socket.socket, start: bytes, most: int, *, whole: bool) -> bytes | None:

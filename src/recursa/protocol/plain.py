@@ -40,12 +40,22 @@ _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
 
 
 class Misfit(ValueError):
-    """Data that does not fit its type: the problem, and where (the field
-    names from the outermost): ``usage.cost: expected a number, not 'free'``."""
+    """Data that does not fit its type: the problem, and where (field names
+    and array positions from the outermost):
+    ``children[0].own.cost: expected a number, not 'free'``."""
 
-    def __init__(self, problem: str, path: tuple[str, ...] = ()) -> None:
+    def __init__(self, problem: str, path: tuple[str | int, ...] = ()) -> None:
         self.problem, self.path = problem, path
-        super().__init__(f"{'.'.join(path)}: {problem}" if path else problem)
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+        super().__init__(f"{where.lstrip('.')}: {problem}" if path else problem)
+
+
+def _within(where: str | int, read: Reader, data: object) -> Any:
+    """``read(data)``, a misfit placed at ``where`` inside its container."""
+    try:
+        return read(data)
+    except Misfit as exc:
+        raise Misfit(exc.problem, (where, *exc.path)) from None
 
 
 def to_plain(value: Any) -> Any:
@@ -114,13 +124,15 @@ def _build(kind: Any) -> Reader:
         return _union(args)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader(args[0])
-        return lambda data: tuple(item(element) for element in _array(data))
+        return lambda data: tuple(
+            _within(i, item, element) for i, element in enumerate(_array(data))
+        )
     if origin is list and len(args) == 1:
         item = _reader(args[0])
-        return lambda data: [item(element) for element in _array(data)]
+        return lambda data: [_within(i, item, element) for i, element in enumerate(_array(data))]
     if origin is dict and len(args) == 2 and args[0] is str:
         value = _reader(args[1])
-        return lambda data: {key: value(item) for key, item in _object(data).items()}
+        return lambda data: {key: _within(key, value, item) for key, item in _object(data).items()}
     raise TypeError(f"from_plain cannot read {kind!r}")
 
 
@@ -138,10 +150,7 @@ class _Dataclass:
         values = {}
         for name, read, required in fields:
             if name in given:
-                try:
-                    values[name] = read(given[name])
-                except Misfit as exc:
-                    raise Misfit(exc.problem, (name, *exc.path)) from None
+                values[name] = _within(name, read, given[name])
             elif required:
                 raise Misfit("missing", (name,))
         return self.cls(**values)
