@@ -1,0 +1,42 @@
+"""The daemon leaves out modules it never uses that the provider SDKs would
+import: aiohttp (their optional backend). The SDKs then build their default
+httpx2 clients as ever, and their aiohttp client says it is not installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PROBE = """
+import sys
+from recursa.daemon.__main__ import leave_out_unused_modules
+leave_out_unused_modules()
+import anthropic, httpx2, openai
+client = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
+anthropic.AsyncAnthropic(api_key="k", base_url="http://127.0.0.1:9")
+try:
+    openai.DefaultAioHttpClient()
+except RuntimeError as exc:
+    refused = "aiohttp" in str(exc)
+loaded = sorted(m for m in sys.modules if m.startswith("aiohttp") and sys.modules[m] is not None)
+print(loaded, isinstance(client._client, httpx2.AsyncClient), refused)
+"""
+
+
+def test_the_sdks_work_without_the_modules_the_daemon_leaves_out() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.split() == ["[]", "True", "True"]
+
+
+def test_without_it_the_sdks_load_aiohttp_here() -> None:
+    # The check can fail: aiohttp is installed (inspect_ai brings it), and an
+    # SDK imported normally loads it.
+    probe = (
+        "import sys, openai; print('aiohttp' in sys.modules and sys.modules['aiohttp'] is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.strip() == "True"
