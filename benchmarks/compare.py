@@ -13,6 +13,9 @@ Figures:
 - per-step overhead over ``--steps`` trivial cells in one turn: median, p90,
   p99 and max (the first step excluded; it is printed alone);
 - first step: the first reply's end to the second request (the first cell);
+  the many-step run starts as soon as the sampled 10-cell run ends, so when
+  the warm spare kernel that run took is not yet replaced (on two busy cores
+  a new one takes a few hundred ms), this includes the wait for it;
 - 10-cell run: the wall time of ``recursa run`` (a task of 10 cells and an
   answer) with the daemon already running, with nothing else sampling the
   machine;

@@ -4,8 +4,7 @@ httpx2 clients as ever, and their aiohttp client says it is not installed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from fresh_python import fresh_python
 
 PROBE = """
 import sys
@@ -24,9 +23,7 @@ print(loaded, isinstance(client._client, httpx2.AsyncClient), refused)
 
 
 def test_the_sdks_work_without_the_modules_the_daemon_leaves_out() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
+    out = fresh_python(PROBE)
     assert out.split() == ["[]", "True", "True"]
 
 
@@ -36,7 +33,5 @@ def test_without_it_the_sdks_load_aiohttp_here() -> None:
     probe = (
         "import sys, openai; print('aiohttp' in sys.modules and sys.modules['aiohttp'] is not None)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
-    ).stdout
+    out = fresh_python(probe)
     assert out.strip() == "True"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import sys
 import types
 import typing
@@ -22,6 +21,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import TypeAdapter
 
+from fresh_python import fresh_python
 from recursa.protocol.common import json_text
 from recursa.protocol.events import EventRecord, UserInput
 from recursa.protocol.operations import operations
@@ -219,7 +219,5 @@ def test_a_client_call_imports_no_pydantic() -> None:
         " 'children': []})\n"
         "print(body['task'], body['max_time'], tree.own.calls, 'pydantic' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_python(probe)
     assert out.split() == ["t", "90.0", "1", "False"]

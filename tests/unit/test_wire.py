@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Annotated, Any
 
 import pytest
 
+from fresh_python import fresh_python
 from recursa.protocol.control import AddSchedule, CompleteGoal, SetGoal, UpdateSchedule
 from recursa.protocol.history import CompactRequest, EventsRequest, SearchRequest
 from recursa.protocol.wire import (
@@ -205,9 +204,7 @@ def test_the_protocol_and_the_client_import_no_pydantic_until_a_value_is_validat
         "spawn = from_json(Spawn, {'task': 't'})\n"
         "print(before, spawn.task, 'pydantic' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_python(probe)
     assert out.split() == ["[]", "t", "True"]
 
 
