@@ -4,6 +4,8 @@ httpx2 clients as ever, and their aiohttp client says it is not installed."""
 
 from __future__ import annotations
 
+import pytest
+
 from fresh_python import fresh_python
 
 PROBE = """
@@ -27,9 +29,17 @@ def test_the_sdks_work_without_the_modules_the_daemon_leaves_out() -> None:
     assert out.split() == ["[]", "True", "True"]
 
 
+def test_the_daemon_imports_no_sdk_before_it_leaves_them_out() -> None:
+    # main() leaves them out first thing; an SDK imported with the daemon's
+    # module (before main runs) would have loaded them already.
+    out = fresh_python("import sys, recursa.daemon.__main__; print('openai' in sys.modules)")
+    assert out.strip() == "False"
+
+
 def test_without_it_the_sdks_load_aiohttp_here() -> None:
-    # The check can fail: aiohttp is installed (inspect_ai brings it), and an
-    # SDK imported normally loads it.
+    # The check can fail where aiohttp is installed (inspect_ai brings it):
+    # an SDK imported normally loads it.
+    pytest.importorskip("aiohttp")
     probe = (
         "import sys, openai; print('aiohttp' in sys.modules and sys.modules['aiohttp'] is not None)"
     )

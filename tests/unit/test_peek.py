@@ -113,6 +113,8 @@ def test_a_chunked_body_is_read_whole_to_its_last_chunk(answer: Ask) -> None:
         (chunked(b"{}")[:-2], None),
         (chunked(b"{}") + b"1\r\nx\r\n", None),  # more after the end
         (chunked(b"{}") + b"\r\n", None),
+        (chunked(b"{}")[:-2] + b"xyz", None),  # three stray bytes where the end goes
+        (chunked(b"{}", trailer=b"x-t")[:-2], None),  # a trailer cut short
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\n\r\n{}\r\n0\r\n\r\n", None),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", None),
         (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{}\r\n0\r\n\r\n", None),

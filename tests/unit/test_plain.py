@@ -28,6 +28,8 @@ from recursa.protocol.operations import operations
 from recursa.protocol.plain import from_plain, to_plain
 from recursa.protocol.wire import SessionInfo, Usage, UsageNode, from_json
 
+MOST_LEVELS = 101
+"""The root and the most levels of sub-agents ``[agents] max_depth`` allows (100)."""
 JSON_ANY = {"k": [1, "a", None, {"n": 2.5, "b": True}]}
 
 
@@ -185,6 +187,22 @@ def test_a_misfit_in_an_array_names_its_position() -> None:
     tree = {"id": "s-1", "name": None, "own": usage, "total": usage, "children": [leaf]}
     with pytest.raises(ValueError, match=r"^children\[0\]\.own\.cost: expected a number"):
         from_plain(UsageNode, tree)
+
+
+def test_a_tree_as_deep_as_sub_agents_go_is_read_under_a_deep_stack() -> None:
+    usage = to_plain(Usage())
+    node: dict[str, Any] = {"id": "s", "name": None, "own": usage, "total": usage, "children": []}
+    for _ in range(MOST_LEVELS):
+        node = {**node, "children": [node]}
+
+    def read_from(frames: int) -> UsageNode:
+        return read_from(frames - 1) if frames else from_plain(UsageNode, node)
+
+    tree = read_from(200)  # as from deep in a caller's stack
+    depth = 0
+    while tree.children:
+        tree, depth = tree.children[0], depth + 1
+    assert depth == MOST_LEVELS
 
 
 def test_a_tree_nested_past_the_stack_is_a_misfit() -> None:

@@ -2,8 +2,8 @@
 command line: ``recursa agents [--json]``, ``recursa usage SESSION [--json]``
 and ``recursa logs SESSION [--json]``.
 
-Most of a CLI call's time is imports (typer, pydantic for the wire types,
-asyncio for the client); a listing needs none of them. Here a call makes its
+Most of a CLI call's time is imports (typer for the command line, asyncio
+for the client); a listing needs neither. Here a call makes its
 reads (:mod:`recursa.daemon.peek`: the state and token files, a ``GET`` over
 the unix socket) and prints the same table (:mod:`recursa.cli.listing`), the
 same transcript (:mod:`recursa.cli.render`) or the same JSON as the full path

@@ -17,7 +17,9 @@
 - :mod:`~recursa.daemon.client`: ``DaemonClient`` (one typed ``call`` per row, event
   streams) and all a front end may ask (``connect``, start/stop, models, OpenAPI);
 - :mod:`~recursa.daemon.transport`: the client's HTTP over the socket, with resends;
-- :mod:`~recursa.daemon.peek`: one synchronous read, stdlib only (the CLI's quick path);
+- :mod:`~recursa.daemon.http1`: the client's HTTP/1.1 on asyncio streams;
+- :mod:`~recursa.daemon.peek`: synchronous reads, stdlib only (the CLI's quick path);
+- :mod:`~recursa.daemon.framing`: the reply framing both read (head, chunks);
 - :mod:`~recursa.daemon.machine`: this machine's models, for ``recursa models``;
 - :mod:`~recursa.daemon.errormap`: errors across the wire, both ways;
 - :mod:`~recursa.daemon.harden`: ``harden_process()`` for processes holding credentials.

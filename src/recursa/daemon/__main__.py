@@ -81,8 +81,8 @@ UNUSED_MODULES = ("aiohttp",)
 """Modules the daemon never uses but the provider SDKs import when they are
 installed: aiohttp (inspect_ai brings it) backs the SDKs' optional
 ``DefaultAioHttpClient``, and recursa's calls go through their default
-httpx2 client. Left out, the daemon is 9.5 MiB smaller and starts its first
-model call ~90 ms sooner."""
+httpx2 client. Left out, the daemon is smaller (9.5 MiB of RSS, measured
+with openai 3.60) and its first model call comes ~90 ms sooner."""
 
 
 def leave_out_unused_modules() -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode
 
+from recursa.daemon.errormap import MAX_MESSAGE_CHARS
 from recursa.daemon.harden import harden_process
 from recursa.daemon.paths import DaemonPaths, read_token
 from recursa.daemon.transport import (
@@ -48,7 +49,7 @@ from recursa.daemon.transport import (
     parse_line,
 )
 from recursa.environ import environment, home_dir
-from recursa.errors import DaemonError
+from recursa.errors import DaemonError, one_line
 from recursa.protocol.operations import Operation, decode
 from recursa.protocol.person_ops import (
     CREATE_SESSION,
@@ -154,7 +155,7 @@ class DaemonClient:
             reply: Rep = decode(op.reply, data)
         except ValueError as exc:
             raise DaemonError(
-                f"the daemon sent a malformed reply to {op.method} {path}: {exc}"
+                f"the daemon sent a malformed reply to {op.method} {path}: {_shortly(exc)}"
             ) from None
         return reply
 
@@ -173,7 +174,7 @@ class DaemonClient:
             return from_plain(DaemonStatus, decode_reply(response, "GET", STATUS.path))
         except ValueError as exc:
             raise DaemonError(
-                f"the daemon sent a malformed reply to GET {STATUS.path}: {exc}"
+                f"the daemon sent a malformed reply to GET {STATUS.path}: {_shortly(exc)}"
             ) from None
 
     # The most used rows, spelled out (everything else: :meth:`call`).
@@ -325,6 +326,12 @@ class DaemonClient:
                 )
             await asyncio.sleep(min(delay, max(0.0, deadline - now)))
             delay = min(delay * 2, BACKOFF_MAX)
+
+
+def _shortly(problem: Exception) -> str:
+    """A reply's misfit, cut to an error line's length (a path through a deep
+    tree is long)."""
+    return one_line(str(problem), first_line=True, limit=MAX_MESSAGE_CHARS)
 
 
 @contextlib.asynccontextmanager

@@ -30,6 +30,11 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
+def is_chunked(headers: Mapping[str, str]) -> bool:
+    """Whether the reply's body is chunked (which comes before any length)."""
+    return "chunked" in headers.get("transfer-encoding", "").lower()
+
+
 def content_length(headers: Mapping[str, str]) -> int | None:
     """The reply's ``content-length``; None when it has none."""
     length = headers.get("content-length")
@@ -41,9 +46,9 @@ def content_length(headers: Mapping[str, str]) -> int | None:
 
 
 def chunk_size(line: bytes) -> int:
-    """The size a chunk's size line (``1a3;ext\\r\\n``) gives."""
-    digits = line.split(b";", 1)[0]
-    if not digits or digits.strip(b"0123456789abcdefABCDEF") or b"\n" in line:
+    """The size a chunk's size line gives (``1a3;ext``, without its CRLF)."""
+    digits = line.split(b";", 1)[0].rstrip(b" \t")
+    if not digits or digits.strip(b"0123456789abcdefABCDEF") or b"\n" in line or b"\r" in line:
         raise ValueError(f"a bad chunk size: {line[:40]!r}")
     return int(digits, 16)
 
@@ -62,9 +67,12 @@ def dechunk(body: bytes) -> bytes:
         if size == 0:
             # Trailers (none from uvicorn), then the blank line that ends the body.
             rest = body[start:]
-            if rest != b"\r\n" and (
-                rest.startswith(b"\r\n") or rest.find(b"\r\n\r\n") != len(rest) - 4
-            ):
+            trailers_then_end = (
+                rest.endswith(b"\r\n\r\n")
+                and rest.find(b"\r\n\r\n") == len(rest) - 4
+                and not rest.startswith(b"\r\n")
+            )
+            if rest != b"\r\n" and not trailers_then_end:
                 raise ValueError("a chunked body cut short, or more after it")
             return b"".join(pieces)
         if body[start + size : start + size + 2] != b"\r\n":
@@ -73,4 +81,4 @@ def dechunk(body: bytes) -> bytes:
         at = start + size + 2
 
 
-__all__ = ["MAX_HEAD_BYTES", "chunk_size", "content_length", "dechunk", "parse_head"]
+__all__ = ["MAX_HEAD_BYTES", "chunk_size", "content_length", "dechunk", "is_chunked", "parse_head"]

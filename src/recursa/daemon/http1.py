@@ -31,7 +31,13 @@ from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from recursa.daemon.framing import MAX_HEAD_BYTES, chunk_size, content_length, parse_head
+from recursa.daemon.framing import (
+    MAX_HEAD_BYTES,
+    chunk_size,
+    content_length,
+    is_chunked,
+    parse_head,
+)
 
 READ_SIZE = 64 * 1024
 
@@ -195,7 +201,7 @@ class _Body:
     ) -> None:
         self._reader = reader
         self._timeout = timeout
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._chunked = is_chunked(headers)
         try:
             self._length = content_length(headers)
         except ValueError as exc:

@@ -11,12 +11,12 @@ planted state file could point the token at their socket), or a socket not
 at its usual place in the home.
 
 Each read is one request on a new connection (``connection: close``), its
-reply taken apart with :mod:`recursa.daemon.framing`: a body framed by its
-``content-length`` is read to that length; a chunked one to the
-connection's end, and then only if it is whole (a body that lost its last
+reply taken apart with :mod:`recursa.daemon.framing`. A body framed by its
+``content-length`` is read to that length. A chunked one is read to the
+connection's end, and taken only if it is whole: a body that lost its last
 chunk, as when the daemon stops mid-stream, is None, never a history cut
-short). ``http.client`` would
-import the email package, a quarter of a quick call's time.
+short. (``http.client`` would import the email package, a quarter of a
+quick call's time.)
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ import os
 import socket
 
 from recursa import __version__
-from recursa.daemon.framing import MAX_HEAD_BYTES, content_length, dechunk, parse_head
+from recursa.daemon.framing import (
+    MAX_HEAD_BYTES,
+    content_length,
+    dechunk,
+    is_chunked,
+    parse_head,
+)
 from recursa.daemon.harden import harden_process
 from recursa.daemon.paths import DaemonPaths, check_home, read_state, read_token
 from recursa.environ import home_dir
@@ -91,7 +97,7 @@ def _exchange(path: str, request: bytes, limit: int | None) -> bytes | None:
         most = MAX_BODY_BYTES if limit is None else limit
         if status != 200:
             return None
-        if headers.get("transfer-encoding", "").lower() == "chunked":  # before any length
+        if is_chunked(headers):  # before any length
             raw = _read(sock, start, 2 * most + 64, whole=True)  # a chunk's framing: a few bytes
             body = None if raw is None else dechunk(raw)
             return body if body is not None and len(body) <= most else None

@@ -50,12 +50,26 @@ class Misfit(ValueError):
         super().__init__(f"{where.lstrip('.')}: {problem}" if path else problem)
 
 
-def _within(where: str | int, read: Reader, data: object) -> Any:
-    """``read(data)``, a misfit placed at ``where`` inside its container."""
-    try:
-        return read(data)
-    except Misfit as exc:
-        raise Misfit(exc.problem, (where, *exc.path)) from None
+def _items(read: Reader, data: object) -> list[Any]:
+    """An array's items, each read by ``read`` (a misfit says its position)."""
+    items = []
+    for position, element in enumerate(_array(data)):
+        try:
+            items.append(read(element))
+        except Misfit as exc:
+            raise Misfit(exc.problem, (position, *exc.path)) from None
+    return items
+
+
+def _entries(read: Reader, data: object) -> dict[str, Any]:
+    """An object's entries, each value read by ``read`` (a misfit says its key)."""
+    entries = {}
+    for key, value in _object(data).items():
+        try:
+            entries[key] = read(value)
+        except Misfit as exc:
+            raise Misfit(exc.problem, (key, *exc.path)) from None
+    return entries
 
 
 def to_plain(value: Any) -> Any:
@@ -124,15 +138,13 @@ def _build(kind: Any) -> Reader:
         return _union(args)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader(args[0])
-        return lambda data: tuple(
-            _within(i, item, element) for i, element in enumerate(_array(data))
-        )
+        return lambda data: tuple(_items(item, data))
     if origin is list and len(args) == 1:
         item = _reader(args[0])
-        return lambda data: [_within(i, item, element) for i, element in enumerate(_array(data))]
+        return lambda data: _items(item, data)
     if origin is dict and len(args) == 2 and args[0] is str:
         value = _reader(args[1])
-        return lambda data: {key: _within(key, value, item) for key, item in _object(data).items()}
+        return lambda data: _entries(value, data)
     raise TypeError(f"from_plain cannot read {kind!r}")
 
 
@@ -150,7 +162,10 @@ class _Dataclass:
         values = {}
         for name, read, required in fields:
             if name in given:
-                values[name] = _within(name, read, given[name])
+                try:
+                    values[name] = read(given[name])
+                except Misfit as exc:
+                    raise Misfit(exc.problem, (name, *exc.path)) from None
             elif required:
                 raise Misfit("missing", (name,))
         return self.cls(**values)

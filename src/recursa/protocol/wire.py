@@ -7,9 +7,11 @@ Clients speak HTTP/1.1 over the daemon's unix socket. Every request carries
 result; one whose outcome was lost in a crash is answered as ``uncertain``
 and never run again.
 
-Bodies are JSON objects; this module turns them into frozen dataclasses and
-back, validated by type (:func:`from_json`; the field types and their bounds
-are in :mod:`recursa.protocol.fields`). Event streams are newline-delimited JSON, one
+Bodies are JSON objects. A request is turned into its frozen dataclass and
+validated by type (:func:`from_json`, with pydantic; the field types and
+their bounds are in :mod:`recursa.protocol.fields`); a value goes to JSON
+with :func:`to_json`, and a reply, the daemon's own, comes back with
+:func:`~recursa.protocol.plain.from_plain`. Event streams are newline-delimited JSON, one
 :func:`~recursa.protocol.events.record_to_dict` per line, so a client can
 resume from the last ``seq`` it saw. Errors are ``{"error": {"kind",
 "message"}}`` with an HTTP status; ``kind`` maps to the error tree.
