@@ -21,11 +21,14 @@ Figures:
   machine;
 - cold two-step run: the same for one cell and an answer, with no daemon
   running (the CLI starts it);
-- peak memory of client, daemon and kernels during a second 10-cell run: the
-  sum of RSS and of PSS over those processes, sampled every 10 ms. The kernels
-  are the run's, the fork server's and the warm spare; the sessions run
-  before it are stopped first (``recursa stop``), so their idle kernels,
-  which a user's other sessions would hold, are not counted. Sampling
+- peak memory during a second 10-cell run, sampled every 10 ms: the summed
+  RSS of the client, the daemon and the run's kernel (the session's own
+  processes); and the summed RSS and PSS of all of recursa's processes, which
+  adds the fork server (the zygote its kernels are forked from: their shared
+  pages count again in each one's RSS, once in PSS), the warm spare kernel
+  and the sandbox's wrappers. The sessions run before it are stopped first
+  (``recursa stop``), so their idle kernels, which a user's other sessions
+  would hold, are not counted. Sampling
   reads every process's memory map, which on two cores slows the run it
   watches (by about a third here), so the timed run is not the sampled one;
 - CLI latency: ``recursa --help``, ``recursa agents``, ``recursa usage`` and
@@ -58,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -84,8 +88,11 @@ class Figures:
     ten_cells: list[float] = field(default_factory=list)
     cold_two: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    """Peak RSS of all the harness's processes, per round."""
+    session_rss: list[int] = field(default_factory=list)
+    """Peak RSS of the client, the daemon and the run's kernel, per round."""
     parts: dict[str, int] = field(default_factory=dict)
-    """RSS by role (client, daemon, kernels) at the largest peak."""
+    """RSS by role at the largest peak of all."""
     pss: list[int] = field(default_factory=list)
     cli: dict[str, list[float]] = field(default_factory=dict)
     daemon_cpu: list[float] = field(default_factory=list)
@@ -166,15 +173,16 @@ def cells(n: int, tool: str, first: int = 0) -> list[dict[str, object]]:
 
 
 class Peak:
-    """Samples the summed RSS and PSS of the processes ``pick`` returns (each
-    with its role), every 10 ms; keeps the largest sum and its parts."""
+    """Samples the RSS and PSS of the processes ``pick`` returns (each with
+    its role), every 10 ms, and keeps every sample."""
 
     def __init__(self, pick: Callable[[], list[tuple[str, psutil.Process]]]) -> None:
         self._pick = pick
         self._stop = threading.Event()
-        self.rss = self.pss = 0
-        self.parts: dict[str, int] = {}
-        """RSS by role at the sample with the largest RSS."""
+        self.samples: list[list[tuple[str, int, int, int]]] = []
+        """Per sample: (role, pid, RSS, PSS) of each process."""
+        self.kernel: int | None = None
+        """The run's kernel (set once the run has said which)."""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Peak:
@@ -187,19 +195,58 @@ class Peak:
 
     def _run(self) -> None:
         while not self._stop.wait(0.01):
-            rss = pss = 0
-            parts: dict[str, int] = {}
+            sample = []
             for role, process in self._pick():
                 try:
                     info = process.memory_full_info()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
-                rss += info.rss
-                pss += getattr(info, "pss", info.rss)
-                parts[role] = parts.get(role, 0) + info.rss
-            if rss > self.rss:
-                self.rss, self.parts = rss, parts
-            self.pss = max(self.pss, pss)
+                sample.append((role, process.pid, info.rss, getattr(info, "pss", info.rss)))
+            self.samples.append(sample)
+
+    @property
+    def rss(self) -> int:
+        return max((sum(p[2] for p in s) for s in self.samples), default=0)
+
+    @property
+    def pss(self) -> int:
+        return max((sum(p[3] for p in s) for s in self.samples), default=0)
+
+    @property
+    def session_rss(self) -> int:
+        """The peak summed RSS of the client, the daemon and the run's kernel."""
+        own = {"client", "daemon"}
+        return max(
+            (sum(p[2] for p in s if p[0] in own or p[1] == self.kernel) for s in self.samples),
+            default=0,
+        )
+
+    @property
+    def parts(self) -> dict[str, int]:
+        """RSS by role at the sample with the largest sum."""
+        if not self.samples:
+            return {}
+        largest = max(self.samples, key=lambda s: sum(p[2] for p in s))
+        parts: dict[str, int] = {}
+        for role, pid, rss, _ in largest:
+            role = "the run's kernel" if pid == self.kernel else role
+            parts[role] = parts.get(role, 0) + rss
+        return parts
+
+
+def role_of(process: psutil.Process) -> str:
+    """A process below recursa's daemon: its fork server, or other kernels
+    (the run's kernel is told apart later, by its pid) and their wrappers."""
+    try:
+        return "fork server" if "recursa.kernel.zygote" in process.cmdline() else "other kernels"
+    except psutil.Error:
+        return "other kernels"
+
+
+def kernel_pid(out: str) -> int | None:
+    """The run's kernel, from the line its transcript shows when it is ready."""
+    found = re.search(r"kernel ready: kernel pid (\d+)", out)
+    return int(found[1]) if found else None
 
 
 def tree_of(pid: int) -> list[psutil.Process]:
@@ -245,19 +292,27 @@ class Recursa:
         argv += ["--name", name, task]
         started = time.monotonic()
         client = subprocess.Popen(
-            argv, cwd=self.work, env=self.env(server), stdout=subprocess.PIPE, text=True
+            argv,
+            cwd=self.work,
+            env=self.env(server),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         sampler = Peak(lambda: [("client", p) for p in tree_of(client.pid)] + self._daemon_tree())
         if peak:
             sampler.__enter__()
         try:
-            out, _ = client.communicate(timeout=600)
+            out, transcript = client.communicate(timeout=600)
         finally:
             if peak:
                 sampler.__exit__()
         wall = time.monotonic() - started
         if client.returncode != 0 or "done" not in out:
-            raise SystemExit(f"recursa run failed ({client.returncode}): {out[-500:]}")
+            raise SystemExit(
+                f"recursa run failed ({client.returncode}): {(transcript + out)[-500:]}"
+            )
+        sampler.kernel = kernel_pid(transcript)
         return wall, sampler if peak else None
 
     def daemon(self) -> psutil.Process | None:
@@ -274,14 +329,14 @@ class Recursa:
             daemon = tree_of(int(state["pid"]))
         except (OSError, ValueError, KeyError, TypeError):
             return []
-        processes = [("daemon" if p.pid == state["pid"] else "kernels", p) for p in daemon]
+        processes = [("daemon" if p.pid == state["pid"] else role_of(p), p) for p in daemon]
         # Kernels are launched apart from the daemon (they outlive a crash):
         # they are the processes whose command line names this home.
         home = str(self.home)
         for process in psutil.process_iter(["cmdline"]):
             cmdline = process.info["cmdline"] or []
             if any(home in part for part in cmdline) and process not in daemon:
-                processes.append(("kernels", process))
+                processes.append((role_of(process), process))
         return processes
 
     def cli(self, args: list[str], server: Server) -> float:
@@ -369,6 +424,8 @@ def measure(
             figures.parts = peak.parts
         figures.rss.append(peak.rss)
         figures.pss.append(peak.pss)
+        # Another harness is one process tree: all of it is its session's.
+        figures.session_rss.append(peak.session_rss if isinstance(arm, Recursa) else peak.rss)
         daemon = arm.daemon() if isinstance(arm, Recursa) else None
         before = _cpu(daemon)
         arm.run("many steps", server)
@@ -425,10 +482,11 @@ def rows(f: Figures) -> dict[str, tuple[float, str]]:
     if f.cold_two:
         out["cold two-step run"] = (statistics.median(f.cold_two), "s")
     if f.rss:
-        out["peak RSS"] = (max(f.rss) / 2**20, "MiB")
-        out["peak PSS"] = (max(f.pss) / 2**20, "MiB")
+        out["peak RSS, session"] = (max(f.session_rss) / 2**20, "MiB")
+        out["peak RSS, all"] = (max(f.rss) / 2**20, "MiB")
+        out["peak PSS, all"] = (max(f.pss) / 2**20, "MiB")
         for role, rss in sorted(f.parts.items()):
-            out[f"  RSS of {role}"] = (rss / 2**20, "MiB")
+            out[f"  {role}"] = (rss / 2**20, "MiB")
     for label, values in f.cli.items():
         out[label] = (statistics.median(values), "s")
     return out

@@ -12,6 +12,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,7 +26,7 @@ from test_kernel import ONE_SHELL_THREAD
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, forkserver
 from recursa.kernel.forkserver import ForkServer, ForkServers
-from recursa.kernel.launch import kernel_dir
+from recursa.kernel.launch import MAX_IPC_PATH_BYTES, zygote_dir
 from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.limits import KernelLimits
 from recursa.kernel.orphans import stop_orphans
@@ -263,6 +265,39 @@ async def test_a_forked_sandboxed_kernel_sees_no_connection_file(
         assert not marker.endswith(".json")
 
 
+@pytest.mark.parametrize("kind", SANDBOXES)
+async def test_a_runtime_directory_too_long_for_nested_sockets_still_forks(
+    home: Path, tmp_path: Path, kind: str
+) -> None:
+    # A path long enough that a zygote's own sockets would fit beside the
+    # connection files but its kernels' (one directory further down) would
+    # not. The test's home is longer than that: the runtime directory is in a
+    # short one of its own.
+    short = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))
+    zygote_ipc = f"/zygote-{os.getpid()}-0123456789ab/ipc"
+    room = MAX_IPC_PATH_BYTES - len(os.fsencode(short)) - len("/kernels") - len(zygote_ipc)
+    runtime_dir = short / ("d" * (room - 4)) / "kernels"
+    assert len(os.fsencode(f"{runtime_dir}{zygote_ipc}")) <= MAX_IPC_PATH_BYTES
+    servers = ForkServers(runtime_dir, kernel_env())
+    try:
+        kernel = Kernel(
+            tmp_path,
+            kernel_env(),
+            runtime_dir=runtime_dir,
+            sandbox=policy(kind, home),
+            forks=servers,
+        )
+        async with kernel:
+            assert kernel.forked
+            out = await kernel.execute("print(6 * 7)", timeout=30)
+            assert out.text().strip() == "42"
+            sockets = Path(json.loads(kernel.connection_file.read_text())["ip"])
+            assert not sockets.is_relative_to(short)  # in the short directory
+    finally:
+        await servers.aclose()
+        shutil.rmtree(short)
+
+
 def test_kernels_with_resource_limits_are_never_forked(home: Path) -> None:
     servers = ForkServers(home / "kernels", kernel_env())
     limited = SandboxPolicy(limits=KernelLimits(memory_bytes=1 << 30))
@@ -284,7 +319,7 @@ async def test_a_gone_launchers_fork_server_files_are_removed_with_the_orphans(
         files = [runtime_dir / f"{name}.zygote", runtime_dir / f"{name}.log"]
         for path in files:
             path.write_text("")
-        directory = kernel_dir(runtime_dir, name)  # where a ForkServer puts it
+        directory = zygote_dir(runtime_dir, name)  # where a ForkServer puts it
         directory.mkdir()
         left[launcher] = [*files, directory]
     await stop_orphans(runtime_dir, keep=())

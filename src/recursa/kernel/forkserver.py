@@ -70,7 +70,7 @@ from recursa.kernel.launch import (
     KERNEL_FLAGS,
     MAX_IPC_PATH_BYTES,
     extension_flags,
-    kernel_dir,
+    zygote_dir,
 )
 from recursa.kernel.orphans import connection_name
 from recursa.kernel.pids import is_alive
@@ -121,7 +121,7 @@ class ForkServer:
         self.name = name
         self._runtime_dir = runtime_dir
         self._env = dict(env)
-        self.directory = kernel_dir(runtime_dir, name)
+        self.directory = zygote_dir(runtime_dir, name)
         """The zygote's directory: its kernels' directories are in it."""
         self._marker = runtime_dir / f"{name}.zygote"
         self._log_file = runtime_dir / f"{name}.log"

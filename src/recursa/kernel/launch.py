@@ -25,6 +25,10 @@ MAX_IPC_PATH_BYTES = 96
 bytes on Linux, 104 on macOS) with the ``-N`` port suffix and zeromq's own
 margin."""
 
+KERNEL_NAME_BYTES = len("kernel-4194304-0123456789ab")
+"""Longest kernel name (:func:`recursa.kernel.orphans.connection_name`): a pid
+has at most 7 digits (Linux's ``pid_max`` is at most 2**22)."""
+
 OUTPUT_CHUNK_CHARS = 262_144
 """Characters a kernel's output stream holds before the writer waits for them
 to be sent: the largest stream message a flood of small writes produces."""
@@ -113,15 +117,17 @@ IPC_NAME = "ipc"
 """The name of a kernel's unix sockets in its directory (``ipc-1``, ``ipc-2``, ...)."""
 
 
-def kernel_dir(runtime_dir: Path, name: str) -> Path:
+def kernel_dir(runtime_dir: Path, name: str, *, deeper: int = 0) -> Path:
     """A kernel's own directory, which holds its unix sockets and nothing of
     any other kernel (a sandbox binds it into the kernel, and only it): beside
     its connection file when the socket paths fit in a socket address, else
     in a private directory under the system's temporary directory. The
     connection file records the choice (its ``ip`` is ``<dir>/ipc``). The
-    directory is not created here."""
+    directory is not created here. With ``deeper``, the sockets are that many
+    bytes further down (a fork server's kernels' directories are in its own:
+    :func:`zygote_dir`)."""
     beside = runtime_dir / name
-    if len(os.fsencode(beside / IPC_NAME)) <= MAX_IPC_PATH_BYTES:
+    if len(os.fsencode(beside / IPC_NAME)) + deeper <= MAX_IPC_PATH_BYTES:
         return beside
     short = Path(tempfile.gettempdir()) / f"recursa-{os.getuid()}"
     short.mkdir(mode=0o700, exist_ok=True)
@@ -132,6 +138,13 @@ def kernel_dir(runtime_dir: Path, name: str) -> Path:
             "shorter kernel runtime directory"
         )
     return short / name
+
+
+def zygote_dir(runtime_dir: Path, name: str) -> Path:
+    """A fork server's directory, chosen as :func:`kernel_dir` chooses a
+    kernel's, so that its kernels' directories (one longest kernel name down)
+    fit under it."""
+    return kernel_dir(runtime_dir, name, deeper=1 + KERNEL_NAME_BYTES)
 
 
 def kernel_dir_of(ipc_prefix: Path, name: str) -> Path | None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from uuid import uuid4
 
 from recursa.errors import KernelError
-from recursa.kernel.launch import kernel_dir, kernel_dir_of
+from recursa.kernel.launch import kernel_dir_of, zygote_dir
 from recursa.kernel.limits import release_limits
 from recursa.kernel.pids import command_lines, is_alive
 from recursa.kernel.watch import ProcessWatch
@@ -140,7 +140,7 @@ def _remove_litter(runtime_dir: Path, kept: set[Path]) -> None:
             if not _launcher_gone(marker.with_name("kernel" + marker.stem.removeprefix("zygote"))):
                 continue
             try:
-                directory = kernel_dir(marker.parent, marker.stem)
+                directory = zygote_dir(marker.parent, marker.stem)
             except KernelError:
                 continue
             with contextlib.suppress(OSError):

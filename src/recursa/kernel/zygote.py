@@ -90,6 +90,14 @@ PRELOAD = (
     "xmlrpc.client",
     "xmlrpc.server",
     "IPython.extensions",
+    "IPython.extensions.storemagic",
+    "IPython.core.completerlib",
+    "IPython.core.debugger",
+    "IPython.core.oinspect",
+    "IPython.utils.wildcard",
+    "tornado.platform.asyncio",
+    "sqlite3",
+    "faulthandler",
     "encodings.idna",
 )
 """Modules imported once in the zygote, so that every kernel finds them
