@@ -32,6 +32,7 @@ import httpx2
 from recursa.config import Config, ProviderConfig
 from recursa.errors import ModelUnavailable
 from recursa.models import _errors, catalog
+from recursa.models._http import lean_transport_for
 from recursa.models._sse import ServerSentEvent, SSEDecoder
 from recursa.models.types import Done, Failed, ModelInfo, StreamEvent
 
@@ -83,6 +84,7 @@ class SDKProvider(Generic[C]):
         config: Config,
         *,
         client: Callable[..., C],
+        http_client: Callable[..., httpx2.AsyncClient],
         errors: SDKErrors,
         placeholder_key: str,
         key_required: bool,
@@ -111,8 +113,13 @@ class SDKProvider(Generic[C]):
         self._timeout = table.timeout
         self._errors = errors
         self._secrets = tuple(s for s in {key, *config.secrets} if s != placeholder_key)
+        transport = lean_transport_for(table.base_url)
         self._client = client(
-            api_key=key, base_url=table.base_url, timeout=table.timeout, max_retries=0
+            api_key=key,
+            base_url=table.base_url,
+            timeout=table.timeout,
+            max_retries=0,
+            http_client=None if transport is None else http_client(transport=transport),
         )
 
     def info(self, model: str) -> ModelInfo:

@@ -113,6 +113,7 @@ class AnthropicProvider(SDKProvider[anthropic.AsyncAnthropic]):
             table,
             config,
             client=anthropic.AsyncAnthropic,
+            http_client=anthropic.DefaultAsyncHttpxClient,
             errors=_SDK_ERRORS,
             placeholder_key=PLACEHOLDER_API_KEY,
             key_required=table.base_url is None,

@@ -133,6 +133,7 @@ class OpenAIProvider(SDKProvider[openai.AsyncOpenAI]):
             table,
             config,
             client=openai.AsyncOpenAI,
+            http_client=openai.DefaultAsyncHttpxClient,
             errors=_SDK_ERRORS,
             placeholder_key=PLACEHOLDER_API_KEY,
             key_required=official,

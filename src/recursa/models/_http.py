@@ -1,0 +1,390 @@
+"""A lean HTTP/1.1 transport under the SDKs' client, for model servers on plain HTTP.
+
+The SDKs send through an ``httpx2.AsyncClient``; its default transport goes
+through httpcore2, anyio and h11, about half a millisecond of the daemon's CPU
+for every model call, most of it for the generality a local server does not
+need. :class:`LeanTransport` speaks HTTP/1.1 over asyncio streams directly: it
+writes the request httpx built (method, target, headers, body), reads the
+status line and headers, and hands httpx the body as it arrives, framed by
+``transfer-encoding: chunked``, by ``content-length``, or by the connection's
+end. Connections are kept alive and reused, one request at a time each.
+
+What stays the SDK's and httpx's: the request's building, auth, headers,
+redirects, content decoding, status errors and the mapping of transport errors
+(this transport raises httpx's own: ``ConnectError``, ``ReadTimeout``,
+``RemoteProtocolError`` and their kin, which the SDKs turn into their
+connection and timeout errors).
+
+Only ``http://`` goes this way; any other scheme (a redirect to ``https``)
+goes to httpx's own transport. :func:`lean_client_for` gives no client at all
+where a proxy applies to the base URL or it is not plain HTTP, and the SDK
+then makes its usual one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import urllib.request
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import httpx2
+
+MAX_HEAD_BYTES = 65_536
+"""The longest status line and headers a response may have."""
+READ_BYTES = 65_536
+"""The most read from the socket at once for a body."""
+MAX_IDLE = 100
+"""Idle connections kept per server (the SDKs' own keep-alive limit)."""
+
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class _Connection:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        """Whether an idle connection can take another request: the server has
+        neither closed it nor sent anything unasked (its socket has nothing to
+        read, whether or not the event loop has seen it yet)."""
+        if self.reader.at_eof() or self.writer.is_closing():
+            return False
+        sock = self.writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class LeanTransport(httpx2.AsyncBaseTransport):
+    """HTTP/1.1 over asyncio streams, with kept-alive connections."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._other: httpx2.AsyncHTTPTransport | None = None
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        if url.scheme != "http":
+            if self._other is None:
+                self._other = httpx2.AsyncHTTPTransport()
+            return await self._other.handle_async_request(request)
+        if self._closed:
+            raise httpx2.ConnectError("the transport is closed", request=request)
+        timeouts = request.extensions.get("timeout", {})
+        key = (url.host, url.port or 80)
+        connection = self._take(key)
+        if connection is None:
+            connection = await _connect(key, timeouts.get("connect"), request)
+        try:
+            await _send(connection, request, timeouts.get("write"))
+            status, reason, headers, old = await _read_head(
+                connection, timeouts.get("read"), request
+            )
+            length, chunked, keep = _framing(request, status, headers)
+            keep = keep and not old
+        except BaseException:
+            connection.close()
+            raise
+        body = _Body(self, key, connection, request, timeouts.get("read"), length, chunked, keep)
+        return httpx2.Response(
+            status,
+            headers=headers,
+            stream=body,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+
+    def _take(self, key: tuple[str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()
+            if connection.usable():
+                return connection
+            connection.close()
+        return None
+
+    def _give_back(self, key: tuple[str, int], connection: _Connection) -> None:
+        idle = self._idle.setdefault(key, [])
+        if self._closed or len(idle) >= MAX_IDLE or not connection.usable():
+            connection.close()
+        else:
+            idle.append(connection)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()
+        if self._other is not None:
+            await self._other.aclose()
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A response's body as it arrives; the connection goes back to the pool
+    once the body has been read to its end, and is closed otherwise."""
+
+    def __init__(
+        self,
+        transport: LeanTransport,
+        key: tuple[str, int],
+        connection: _Connection,
+        request: httpx2.Request,
+        timeout: float | None,
+        length: int | None,
+        chunked: bool,
+        keep: bool,
+    ) -> None:
+        self._transport = transport
+        self._key = key
+        self._connection: _Connection | None = connection
+        self._request = request
+        self._timeout = timeout
+        self._length = length
+        self._chunked = chunked
+        self._keep = keep
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        if connection is None:
+            return
+        reader, request, timeout = connection.reader, self._request, self._timeout
+        try:
+            if self._chunked:
+                while True:
+                    line = await _read_line(reader, timeout, request)
+                    size = _chunk_size(line, request)
+                    if size == 0:
+                        while await _read_line(reader, timeout, request):
+                            pass  # trailers
+                        break
+                    while size:
+                        data = await _read(reader, min(size, READ_BYTES), timeout, request)
+                        size -= len(data)
+                        yield data
+                    if await _read_line(reader, timeout, request):
+                        raise httpx2.RemoteProtocolError("a chunk did not end", request=request)
+            elif self._length is not None:
+                left = self._length
+                while left:
+                    data = await _read(reader, min(left, READ_BYTES), timeout, request)
+                    left -= len(data)
+                    yield data
+            else:
+                while data := await _read(reader, READ_BYTES, timeout, request, end_ok=True):
+                    yield data
+        except BaseException:
+            self._keep = False
+            await self.aclose()
+            raise
+        self._connection = None
+        if self._keep:
+            self._transport._give_back(self._key, connection)
+        else:
+            connection.close()
+
+    async def aclose(self) -> None:
+        if self._connection is not None:
+            self._connection.close()  # not read to its end: not reusable
+            self._connection = None
+
+
+def _framing(
+    request: httpx2.Request, status: int, headers: list[tuple[bytes, bytes]]
+) -> tuple[int | None, bool, bool]:
+    """How the body is framed (RFC 9112 §6.3): its length (None: chunked, or
+    to the connection's end), whether chunked, whether the connection is kept."""
+    keep, chunked, length = True, False, None
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"connection" and b"close" in value.lower():
+            keep = False
+        elif lowered == b"transfer-encoding":
+            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+            if not chunked:
+                keep = False  # another coding last: framed by the connection's end
+        elif lowered == b"content-length":
+            length = _length(value, request)
+    if request.method == "HEAD" or status in _NO_BODY_STATUS:
+        return 0, False, keep
+    if chunked:
+        return None, True, keep  # chunked wins over a length
+    return length, False, keep and length is not None
+
+
+async def _connect(
+    key: tuple[str, int], seconds: float | None, request: httpx2.Request
+) -> _Connection:
+    try:
+        async with asyncio.timeout(seconds):
+            reader, writer = await asyncio.open_connection(*key, limit=MAX_HEAD_BYTES)
+    except TimeoutError as exc:
+        raise httpx2.ConnectTimeout(
+            f"connecting timed out after {seconds} s", request=request
+        ) from exc
+    except OSError as exc:
+        raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+    return _Connection(reader, writer)
+
+
+async def _send(connection: _Connection, request: httpx2.Request, seconds: float | None) -> None:
+    url = request.url
+    target = url.raw_path or b"/"
+    parts = [request.method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n"]
+    chunked = False
+    for name, value in request.headers.raw:
+        if b"\r" in name or b"\n" in name or b"\r" in value or b"\n" in value:
+            raise httpx2.LocalProtocolError("a header holds a line break", request=request)
+        if name.lower() == b"transfer-encoding" and value.lower() == b"chunked":
+            chunked = True
+        parts += (name, b": ", value, b"\r\n")
+    parts.append(b"\r\n")
+    writer = connection.writer
+    try:
+        async with asyncio.timeout(seconds):
+            writer.write(b"".join(parts))
+            async for chunk in request.stream:  # type: ignore[union-attr]
+                if not chunk:
+                    continue
+                if chunked:
+                    writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                else:
+                    writer.write(chunk)
+            if chunked:
+                writer.write(b"0\r\n\r\n")
+            await writer.drain()
+    except TimeoutError as exc:
+        raise httpx2.WriteTimeout(f"sending timed out after {seconds} s", request=request) from exc
+    except OSError as exc:
+        raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from exc
+
+
+async def _read_head(
+    connection: _Connection, seconds: float | None, request: httpx2.Request
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], bool]:
+    """The status, reason and headers of the response (informational ones
+    skipped), and whether it is HTTP/1.0 (whose connections are not kept)."""
+    reader = connection.reader
+    while True:
+        try:
+            async with asyncio.timeout(seconds):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError as exc:
+            raise httpx2.ReadTimeout(f"no response within {seconds} s", request=request) from exc
+        except asyncio.IncompleteReadError as exc:
+            raise httpx2.RemoteProtocolError(
+                "Server disconnected without sending a response", request=request
+            ) from exc
+        except asyncio.LimitOverrunError as exc:
+            raise httpx2.RemoteProtocolError(
+                f"the response's head is over {MAX_HEAD_BYTES} bytes", request=request
+            ) from exc
+        except OSError as exc:
+            raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+        status_line, *lines = head[:-4].split(b"\r\n")
+        version, _, rest = status_line.partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise httpx2.RemoteProtocolError(
+                f"not an HTTP/1 status line: {status_line[:80]!r}", request=request
+            )
+        status = int(code)
+        if 100 <= status < 200 and status != 101:
+            continue  # 100 Continue and kin: the response follows
+        headers = []
+        for line in lines:
+            name, colon, value = line.partition(b":")
+            if not colon or not name or name != name.strip() or name[:1] in b" \t":
+                raise httpx2.RemoteProtocolError(
+                    f"a malformed header line: {line[:80]!r}", request=request
+                )
+            headers.append((name, value.strip(b" \t")))
+        return status, reason, headers, version == b"HTTP/1.0"
+
+
+async def _read_line(
+    reader: asyncio.StreamReader, seconds: float | None, request: httpx2.Request
+) -> bytes:
+    """A line of the chunked framing, without its CRLF."""
+    try:
+        async with asyncio.timeout(seconds):
+            line = await reader.readuntil(b"\r\n")
+    except TimeoutError as exc:
+        raise httpx2.ReadTimeout(f"no data within {seconds} s", request=request) from exc
+    except asyncio.IncompleteReadError as exc:
+        raise httpx2.RemoteProtocolError("the body was cut short", request=request) from exc
+    except asyncio.LimitOverrunError as exc:
+        raise httpx2.RemoteProtocolError(
+            "a chunk's size line is too long", request=request
+        ) from exc
+    except OSError as exc:
+        raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+    return line[:-2]
+
+
+async def _read(
+    reader: asyncio.StreamReader,
+    most: int,
+    seconds: float | None,
+    request: httpx2.Request,
+    *,
+    end_ok: bool = False,
+) -> bytes:
+    """Up to ``most`` bytes as soon as any arrive; b"" at the connection's end
+    only where ``end_ok`` (a body framed by it)."""
+    try:
+        async with asyncio.timeout(seconds):
+            data = await reader.read(most)
+    except TimeoutError as exc:
+        raise httpx2.ReadTimeout(f"no data within {seconds} s", request=request) from exc
+    except OSError as exc:
+        raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+    if not data and not end_ok:
+        raise httpx2.RemoteProtocolError("the body was cut short", request=request)
+    return data
+
+
+def _chunk_size(line: bytes, request: httpx2.Request) -> int:
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    try:
+        if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
+            raise ValueError
+        return int(digits, 16)
+    except ValueError:
+        raise httpx2.RemoteProtocolError(
+            f"a malformed chunk size: {line[:40]!r}", request=request
+        ) from None
+
+
+def _length(value: bytes, request: httpx2.Request) -> int:
+    # Repeated values (a list) must agree (RFC 9110 §8.6).
+    values = {v.strip() for v in value.split(b",")}
+    if len(values) != 1 or not (only := values.pop()).isdigit():
+        raise httpx2.RemoteProtocolError(
+            f"a malformed content-length: {value[:40]!r}", request=request
+        )
+    return int(only)
+
+
+def lean_transport_for(base_url: str | None) -> LeanTransport | None:
+    """A :class:`LeanTransport` for a plain HTTP base URL that no proxy in the
+    environment applies to; None otherwise (the SDK's client then keeps
+    httpx's own transport, which honours proxies and TLS)."""
+    if not base_url:
+        return None
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    proxies = urllib.request.getproxies()
+    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return LeanTransport()

@@ -1,0 +1,351 @@
+"""The lean HTTP/1.1 transport (recursa.models._http) on real loopback sockets:
+it reads every framing a server uses exactly as httpx's own transport does,
+keeps connections alive and reuses only a connection read to its end, and
+raises httpx's own errors for what a server gets wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import re
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx2
+import pytest
+
+from recursa.models._http import MAX_HEAD_BYTES, LeanTransport, lean_transport_for
+
+Reply = Callable[[bytes, bytes], bytes | None]
+"""A canned server: (request head, request body) -> raw response bytes; None
+hangs up without answering."""
+
+
+@dataclass
+class Server:
+    """A loopback HTTP server with canned replies; it counts connections and
+    keeps each request's head and body."""
+
+    reply: Reply
+    connections: int = 0
+    requests: list[tuple[bytes, bytes]] = field(default_factory=list)
+    close_after: bool = False
+    """Close each connection after its first reply."""
+    port: int = 0
+    hung_up: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
+    """One item for each connection this side has closed."""
+
+    handlers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                body = await _request_body(reader, head)
+                self.requests.append((head, body))
+                answer = self.reply(head, body)
+                if answer is None:
+                    return
+                writer.write(answer)
+                await writer.drain()
+                if self.close_after:
+                    return
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            self.hung_up.put_nowait(None)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/things?x=1"
+
+
+async def _request_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    if re.search(rb"(?i)\r\ntransfer-encoding: *chunked", head):
+        body = b""
+        while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+        await reader.readexactly(2)
+        return body
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    return await reader.readexactly(int(length[1])) if length else b""
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Reply], Awaitable[Server]]]:
+    listeners: list[tuple[asyncio.Server, Server]] = []
+
+    async def start(reply: Reply) -> Server:
+        server = Server(reply)
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+        server.port = listener.sockets[0].getsockname()[1]
+        listeners.append((listener, server))
+        return server
+
+    yield start
+    for listener, server in listeners:
+        listener.close()
+        await listener.wait_closed()
+        # Each handler ends once its client has closed the connection.
+        await asyncio.gather(*server.handlers)
+
+
+def lean() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=LeanTransport(), timeout=5)
+
+
+def usual() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(), timeout=5)
+
+
+def canned(raw: bytes) -> Reply:
+    return lambda head, body: raw
+
+
+GZIPPED = gzip.compress(b"squeezed " * 50)
+REPLIES = {
+    "content-length": b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\n\r\nhello",
+    "chunked, extensions and trailers": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"5;name=value\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: t\r\n\r\n"
+    ),
+    "server-sent events, chunked": (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n"
+        b'10\r\ndata: {"a": 1}\n\n\r\n'
+        b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+    ),
+    "no content": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "an informational reply first": (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok"
+    ),
+    "gzip-encoded": (
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n%b"
+        % (len(GZIPPED), GZIPPED)
+    ),
+    "a status error": (
+        b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 3\r\ncontent-length: 2\r\n\r\n{}"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REPLIES))
+async def test_each_framing_reads_as_httpx_reads_it(
+    serve: Callable[[Reply], Awaitable[Server]], name: str
+) -> None:
+    server = await serve(canned(REPLIES[name]))
+    seen = []
+    for make in (lean, usual):
+        async with make() as client:
+            response = await client.post(server.url, json={"q": "x" * 300})
+            seen.append((response.status_code, response.headers.multi_items(), response.content))
+    assert seen[0] == seen[1]
+    # And the server got the same request from both, byte for byte but the
+    # user agent's line (both httpx's) and the order httpx gives.
+    (lean_head, lean_body), (usual_head, usual_body) = server.requests[:2]
+    assert lean_body == usual_body == b'{"q":"' + b"x" * 300 + b'"}'
+    assert lean_head == usual_head
+
+
+async def test_a_body_framed_by_the_connections_end_is_read_to_it(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(b"HTTP/1.1 200 OK\r\n\r\nuntil the end"))
+    server.close_after = True
+    async with lean() as client:
+        first = await client.get(server.url)
+        second = await client.get(server.url)
+    assert first.content == second.content == b"until the end"
+    assert server.connections == 2  # such a connection is never reused
+
+
+async def test_an_http_1_0_connection_is_not_kept(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok"))
+    server.close_after = True
+    async with lean() as client:
+        assert (await client.get(server.url)).content == b"ok"
+        assert (await client.get(server.url)).content == b"ok"
+    assert server.connections == 2
+
+
+async def test_a_connection_read_to_its_end_is_reused(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(REPLIES["server-sent events, chunked"]))
+    async with lean() as client:
+        for _ in range(5):
+            async with client.stream("POST", server.url, content=b"{}") as response:
+                assert b"[DONE]" in b"".join([c async for c in response.aiter_bytes()])
+    assert server.connections == 1
+    assert len(server.requests) == 5
+
+
+async def test_a_body_left_unread_or_a_close_header_costs_the_connection(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(REPLIES["chunked, extensions and trailers"]))
+    async with lean() as client:
+        async with client.stream("GET", server.url) as response:
+            async for _ in response.aiter_raw():
+                break  # one piece, then closed
+        assert (await client.get(server.url)).content == b"hello 0123456789"
+        assert server.connections == 2
+    closing = await serve(
+        canned(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\nx")
+    )
+    async with lean() as client:
+        await client.get(closing.url)
+        await client.get(closing.url)
+    assert closing.connections == 2
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_used(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(REPLIES["content-length"]))
+    server.close_after = True  # each connection closes once answered
+    async with lean() as client:
+        for _ in range(3):
+            response = await client.get(server.url)
+            assert response.content == b"hello"
+            # The server has closed it, whether or not this side's event
+            # loop has noticed yet.
+            await server.hung_up.get()
+    assert server.connections == 3
+
+
+async def test_a_repeated_content_length_that_agrees_is_one_length(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(b"HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\nabc"))
+    async with lean() as client:
+        assert (await client.get(server.url)).content == b"abc"
+        assert (await client.get(server.url)).content == b"abc"
+    assert server.connections == 1
+
+
+async def test_a_chunked_request_body_is_sent_chunked(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(REPLIES["content-length"]))
+
+    async def parts() -> AsyncIterator[bytes]:
+        for part in (b"one ", b"", b"two"):
+            yield part
+
+    async with lean() as client:
+        await client.post(server.url, content=parts())
+    head, body = server.requests[0]
+    assert b"\r\nTransfer-Encoding: chunked" in head
+    assert body == b"one two"
+
+
+BROKEN = {
+    "not HTTP": (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1 status line"),
+    "a header without a colon": (b"HTTP/1.1 200 OK\r\nbroken\r\n\r\n", "malformed header"),
+    "a folded header": (b"HTTP/1.1 200 OK\r\na: 1\r\n b\r\n\r\n", "malformed header"),
+    "a bad chunk size": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        "malformed chunk size",
+    ),
+    "a chunk longer than its size": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
+        "a chunk did not end",
+    ),
+    "a body cut short": (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello", "cut short"),
+    "a chunked body cut short": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+        "cut short",
+    ),
+    "lengths that disagree": (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
+        "malformed content-length",
+    ),
+    "a head over the limit": (
+        b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",
+        f"over {MAX_HEAD_BYTES} bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+async def test_a_malformed_response_is_a_remote_protocol_error(
+    serve: Callable[[Reply], Awaitable[Server]], name: str
+) -> None:
+    raw, said = BROKEN[name]
+    server = await serve(canned(raw))
+    server.close_after = True
+    async with lean() as client:
+        with pytest.raises(httpx2.RemoteProtocolError, match=said):
+            await client.get(server.url)
+        # The next request is unharmed, on a connection of its own.
+        server.reply = canned(REPLIES["content-length"])
+        assert (await client.get(server.url)).content == b"hello"
+
+
+async def test_a_server_that_hangs_up_or_is_not_there_raises_httpxs_errors(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(lambda head, body: None)
+    async with lean() as client:
+        with pytest.raises(httpx2.RemoteProtocolError, match="Server disconnected"):
+            await client.get(server.url)
+        with pytest.raises(httpx2.ConnectError):
+            await client.get(f"http://127.0.0.1:{_closed_port()}/")
+
+
+async def test_a_silent_server_is_a_read_timeout(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    answered = asyncio.Event()
+
+    def never(head: bytes, body: bytes) -> bytes | None:
+        answered.set()
+        return b""  # says nothing, keeps the connection
+
+    server = await serve(never)
+    async with httpx2.AsyncClient(transport=LeanTransport(), timeout=0.2) as client:
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.get(server.url)
+    assert answered.is_set()
+
+
+async def test_other_schemes_go_to_httpxs_own_transport(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    transport = LeanTransport()
+    async with httpx2.AsyncClient(transport=transport, timeout=5) as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.get(f"https://127.0.0.1:{_closed_port()}/")
+    assert isinstance(transport._other, httpx2.AsyncHTTPTransport)
+
+
+def test_the_lean_transport_is_for_plain_http_that_no_proxy_covers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(lean_transport_for("http://127.0.0.1:8080/v1"), LeanTransport)
+    assert lean_transport_for("https://api.openai.com/v1") is None
+    assert lean_transport_for(None) is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert lean_transport_for("http://models.example:8080/v1") is None
+    monkeypatch.setenv("NO_PROXY", "models.example")
+    assert isinstance(lean_transport_for("http://models.example:8080/v1"), LeanTransport)
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
