@@ -272,6 +272,10 @@ BROKEN = {
         b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
         "malformed content-length",
     ),
+    "another transfer coding": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 2\r\n\r\nok",
+        "unsupported transfer-encoding",
+    ),
     "a head over the limit": (
         b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",
         f"over {MAX_HEAD_BYTES} bytes",

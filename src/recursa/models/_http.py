@@ -182,9 +182,8 @@ class _Body(httpx2.AsyncByteStream):
             else:
                 while data := await _read(reader, READ_BYTES, timeout, request, end_ok=True):
                     yield data
-        except BaseException:
-            self._keep = False
-            await self.aclose()
+        except BaseException:  # a failure, a cancellation, or the reader's aclose()
+            self._drop()
             raise
         self._connection = None
         if self._keep:
@@ -193,6 +192,9 @@ class _Body(httpx2.AsyncByteStream):
             connection.close()
 
     async def aclose(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
         if self._connection is not None:
             self._connection.close()  # not read to its end: not reusable
             self._connection = None
@@ -209,9 +211,11 @@ def _framing(
         if lowered == b"connection" and b"close" in value.lower():
             keep = False
         elif lowered == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
-            if not chunked:
-                keep = False  # another coding last: framed by the connection's end
+            if value.strip(b" \t").lower() != b"chunked":  # as h11: no other coding
+                raise httpx2.RemoteProtocolError(
+                    f"an unsupported transfer-encoding: {value[:40]!r}", request=request
+                )
+            chunked = True
         elif lowered == b"content-length":
             length = _length(value, request)
     if request.method == "HEAD" or status in _NO_BODY_STATUS:
