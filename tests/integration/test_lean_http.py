@@ -32,6 +32,8 @@ class Server:
     requests: list[tuple[bytes, bytes]] = field(default_factory=list)
     close_after: bool = False
     """Close each connection after its first reply."""
+    dribble: bool = False
+    """Send each reply a byte at a time."""
     port: int = 0
     hung_up: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
     """One item for each connection this side has closed."""
@@ -54,8 +56,14 @@ class Server:
                 answer = self.reply(head, body)
                 if answer is None:
                     return
-                writer.write(answer)
-                await writer.drain()
+                if self.dribble:  # a byte at a time, each sent on its own
+                    for k in range(len(answer)):
+                        writer.write(answer[k : k + 1])
+                        await writer.drain()
+                        await asyncio.sleep(0)
+                else:
+                    writer.write(answer)
+                    await writer.drain()
                 if self.close_after:
                     return
         finally:
@@ -154,6 +162,23 @@ async def test_each_framing_reads_as_httpx_reads_it(
     (lean_head, lean_body), (usual_head, usual_body) = server.requests[:2]
     assert lean_body == usual_body == b'{"q":"' + b"x" * 300 + b'"}'
     assert lean_head == usual_head
+
+
+@pytest.mark.parametrize("name", list(REPLIES))
+async def test_a_reply_that_arrives_a_byte_at_a_time_reads_the_same(
+    serve: Callable[[Reply], Awaitable[Server]], name: str
+) -> None:
+    server = await serve(canned(REPLIES[name]))
+    async with lean() as client:
+        whole = await client.get(server.url)
+        server.dribble = True
+        dribbled = await client.get(server.url)
+    assert (dribbled.status_code, dribbled.headers, dribbled.content) == (
+        whole.status_code,
+        whole.headers,
+        whole.content,
+    )
+    assert server.connections == 1  # and the connection was still reusable
 
 
 async def test_a_body_framed_by_the_connections_end_is_read_to_it(
@@ -275,6 +300,10 @@ BROKEN = {
     "another transfer coding": (
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 2\r\n\r\nok",
         "unsupported transfer-encoding",
+    ),
+    "a chunk line over the limit": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;" + b"x" * 5000 + b"\r\n",
+        "over 4096 bytes",
     ),
     "a head over the limit": (
         b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",

@@ -1,13 +1,16 @@
 """A lean HTTP/1.1 transport under the SDKs' client, for model servers on plain HTTP.
 
 The SDKs send through an ``httpx2.AsyncClient``; its default transport goes
-through httpcore2, anyio and h11, about half a millisecond of the daemon's CPU
-for every model call, most of it for the generality a local server does not
-need. :class:`LeanTransport` speaks HTTP/1.1 over asyncio streams directly: it
+through httpcore2, anyio and h11, about 0.4 ms of the daemon's CPU for every
+model call, most of it for the generality a local server does not need.
+:class:`LeanTransport` speaks HTTP/1.1 over asyncio streams directly: it
 writes the request httpx built (method, target, headers, body), reads the
 status line and headers, and hands httpx the body as it arrives, framed by
 ``transfer-encoding: chunked``, by ``content-length``, or by the connection's
-end. Connections are kept alive and reused, one request at a time each.
+end. What arrives is read a block at a time into the connection's buffer and
+parsed there (one timeout per read from the socket). Connections are kept
+alive and reused, one request at a time each, once a body has been read to
+its end.
 
 What stays the SDK's and httpx's: the request's building, auth, headers,
 redirects, content decoding, status errors and the mapping of transport errors
@@ -16,9 +19,9 @@ redirects, content decoding, status errors and the mapping of transport errors
 connection and timeout errors).
 
 Only ``http://`` goes this way; any other scheme (a redirect to ``https``)
-goes to httpx's own transport. :func:`lean_client_for` gives no client at all
-where a proxy applies to the base URL or it is not plain HTTP, and the SDK
-then makes its usual one.
+goes to httpx's own transport. :func:`lean_transport_for` gives no transport
+where a proxy applies to the base URL or it is not plain HTTP, and the SDK's
+client then keeps httpx's own.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ import httpx2
 
 MAX_HEAD_BYTES = 65_536
 """The longest status line and headers a response may have."""
+MAX_LINE_BYTES = 4096
+"""The longest line of the chunked framing (a chunk's size and extensions, a trailer)."""
 READ_BYTES = 65_536
-"""The most read from the socket at once for a body."""
+"""The most read from the socket at once."""
 MAX_IDLE = 100
 """Idle connections kept per server (the SDKs' own keep-alive limit)."""
 
@@ -42,17 +47,25 @@ _NO_BODY_STATUS = frozenset({204, 304})
 
 
 class _Connection:
-    __slots__ = ("reader", "writer")
+    """One connection, with what has been read from it and not yet parsed.
+
+    Bytes are read as they arrive, a block at a time, into ``buffer``, where
+    the framing is parsed: one timeout per read from the socket, not one per
+    line or chunk."""
+
+    __slots__ = ("buffer", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        self.buffer = bytearray()
 
     def usable(self) -> bool:
         """Whether an idle connection can take another request: the server has
-        neither closed it nor sent anything unasked (its socket has nothing to
-        read, whether or not the event loop has seen it yet)."""
-        if self.reader.at_eof() or self.writer.is_closing():
+        neither closed it nor sent anything unasked (nothing is left over, and
+        its socket has nothing to read, whether or not the event loop has seen
+        it yet)."""
+        if self.buffer or self.reader.at_eof() or self.writer.is_closing():
             return False
         sock = self.writer.get_extra_info("socket")
         if sock is None:
@@ -62,6 +75,48 @@ class _Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+    async def fill(self, seconds: float | None, request: httpx2.Request) -> bool:
+        """Add what arrives next to the buffer (waiting up to ``seconds`` for
+        it); False at the connection's end."""
+        try:
+            async with asyncio.timeout(seconds):
+                data = await self.reader.read(READ_BYTES)
+        except TimeoutError as exc:
+            raise httpx2.ReadTimeout(f"no data within {seconds} s", request=request) from exc
+        except OSError as exc:
+            raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+        self.buffer += data
+        return bool(data)
+
+    async def until(
+        self, end: bytes, most: int, what: str, seconds: float | None, request: httpx2.Request
+    ) -> bytes | None:
+        """The bytes before the next ``end`` (taken from the buffer with it);
+        None if the connection ends before any byte. A RemoteProtocolError if
+        ``what`` is longer than ``most`` bytes or is cut short."""
+        searched = 0
+        while (found := self.buffer.find(end, searched)) < 0:
+            if len(self.buffer) > most:
+                raise httpx2.RemoteProtocolError(f"{what} is over {most} bytes", request=request)
+            searched = max(0, len(self.buffer) - len(end) + 1)
+            if not await self.fill(seconds, request):
+                if not self.buffer:
+                    return None
+                raise httpx2.RemoteProtocolError(f"{what} was cut short", request=request)
+        if found > most:
+            raise httpx2.RemoteProtocolError(f"{what} is over {most} bytes", request=request)
+        taken = bytes(self.buffer[:found])
+        del self.buffer[: found + len(end)]
+        return taken
+
+    async def take(self, most: int, seconds: float | None, request: httpx2.Request) -> bytes:
+        """Up to ``most`` bytes, as soon as any are there; b"" at the connection's end."""
+        if not self.buffer and not await self.fill(seconds, request):
+            return b""
+        taken = bytes(self.buffer[:most])
+        del self.buffer[:most]
+        return taken
 
 
 class LeanTransport(httpx2.AsyncBaseTransport):
@@ -157,30 +212,29 @@ class _Body(httpx2.AsyncByteStream):
         connection = self._connection
         if connection is None:
             return
-        reader, request, timeout = connection.reader, self._request, self._timeout
+        request, seconds = self._request, self._timeout
         try:
             if self._chunked:
                 while True:
-                    line = await _read_line(reader, timeout, request)
-                    size = _chunk_size(line, request)
+                    size = _chunk_size(await _line(connection, seconds, request), request)
                     if size == 0:
-                        while await _read_line(reader, timeout, request):
+                        while await _line(connection, seconds, request):
                             pass  # trailers
                         break
                     while size:
-                        data = await _read(reader, min(size, READ_BYTES), timeout, request)
+                        data = await _part(connection, size, seconds, request)
                         size -= len(data)
                         yield data
-                    if await _read_line(reader, timeout, request):
+                    if await _line(connection, seconds, request):
                         raise httpx2.RemoteProtocolError("a chunk did not end", request=request)
             elif self._length is not None:
                 left = self._length
                 while left:
-                    data = await _read(reader, min(left, READ_BYTES), timeout, request)
+                    data = await _part(connection, left, seconds, request)
                     left -= len(data)
                     yield data
             else:
-                while data := await _read(reader, READ_BYTES, timeout, request, end_ok=True):
+                while data := await connection.take(READ_BYTES, seconds, request):
                     yield data
         except BaseException:  # a failure, a cancellation, or the reader's aclose()
             self._drop()
@@ -230,7 +284,7 @@ async def _connect(
 ) -> _Connection:
     try:
         async with asyncio.timeout(seconds):
-            reader, writer = await asyncio.open_connection(*key, limit=MAX_HEAD_BYTES)
+            reader, writer = await asyncio.open_connection(*key)
     except TimeoutError as exc:
         raise httpx2.ConnectTimeout(
             f"connecting timed out after {seconds} s", request=request
@@ -277,24 +331,15 @@ async def _read_head(
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bool]:
     """The status, reason and headers of the response (informational ones
     skipped), and whether it is HTTP/1.0 (whose connections are not kept)."""
-    reader = connection.reader
     while True:
-        try:
-            async with asyncio.timeout(seconds):
-                head = await reader.readuntil(b"\r\n\r\n")
-        except TimeoutError as exc:
-            raise httpx2.ReadTimeout(f"no response within {seconds} s", request=request) from exc
-        except asyncio.IncompleteReadError as exc:
+        head = await connection.until(
+            b"\r\n\r\n", MAX_HEAD_BYTES, "the response's head", seconds, request
+        )
+        if head is None:
             raise httpx2.RemoteProtocolError(
                 "Server disconnected without sending a response", request=request
-            ) from exc
-        except asyncio.LimitOverrunError as exc:
-            raise httpx2.RemoteProtocolError(
-                f"the response's head is over {MAX_HEAD_BYTES} bytes", request=request
-            ) from exc
-        except OSError as exc:
-            raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
-        status_line, *lines = head[:-4].split(b"\r\n")
+            )
+        status_line, *lines = head.split(b"\r\n")
         version, _, rest = status_line.partition(b" ")
         code, _, reason = rest.partition(b" ")
         if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
@@ -315,44 +360,20 @@ async def _read_head(
         return status, reason, headers, version == b"HTTP/1.0"
 
 
-async def _read_line(
-    reader: asyncio.StreamReader, seconds: float | None, request: httpx2.Request
-) -> bytes:
+async def _line(connection: _Connection, seconds: float | None, request: httpx2.Request) -> bytes:
     """A line of the chunked framing, without its CRLF."""
-    try:
-        async with asyncio.timeout(seconds):
-            line = await reader.readuntil(b"\r\n")
-    except TimeoutError as exc:
-        raise httpx2.ReadTimeout(f"no data within {seconds} s", request=request) from exc
-    except asyncio.IncompleteReadError as exc:
-        raise httpx2.RemoteProtocolError("the body was cut short", request=request) from exc
-    except asyncio.LimitOverrunError as exc:
-        raise httpx2.RemoteProtocolError(
-            "a chunk's size line is too long", request=request
-        ) from exc
-    except OSError as exc:
-        raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
-    return line[:-2]
+    line = await connection.until(b"\r\n", MAX_LINE_BYTES, "a chunk's line", seconds, request)
+    if line is None:
+        raise httpx2.RemoteProtocolError("the body was cut short", request=request)
+    return line
 
 
-async def _read(
-    reader: asyncio.StreamReader,
-    most: int,
-    seconds: float | None,
-    request: httpx2.Request,
-    *,
-    end_ok: bool = False,
+async def _part(
+    connection: _Connection, most: int, seconds: float | None, request: httpx2.Request
 ) -> bytes:
-    """Up to ``most`` bytes as soon as any arrive; b"" at the connection's end
-    only where ``end_ok`` (a body framed by it)."""
-    try:
-        async with asyncio.timeout(seconds):
-            data = await reader.read(most)
-    except TimeoutError as exc:
-        raise httpx2.ReadTimeout(f"no data within {seconds} s", request=request) from exc
-    except OSError as exc:
-        raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from exc
-    if not data and not end_ok:
+    """Up to ``most`` bytes of a framed body, as soon as any are there."""
+    data = await connection.take(min(most, READ_BYTES), seconds, request)
+    if not data:
         raise httpx2.RemoteProtocolError("the body was cut short", request=request)
     return data
 
