@@ -1,23 +1,28 @@
-"""The cost of one streamed model call under each of the SDK's HTTP backends.
+"""The cost of one streamed model call under each HTTP backend of the SDK's client.
 
-The providers send every request through the official SDK; under it, the
-HTTP client is the SDK's default (httpx2, on httpcore2 and h11), which
-recursa uses. The SDKs also offer an aiohttp backend (``DefaultAioHttpClient``,
-their ``aiohttp`` extra). This times the same call both ways: ``post`` a Chat
-Completions body with ``stream=True`` to the loopback fake server (its own
-process) and read the whole streamed reply, as
-:class:`~recursa.models.openai.OpenAIProvider` does, without the parsing both
+The providers send every request through the official SDK. Under it, the
+HTTP client is the SDK's default (httpx2, on httpcore2 and h11); for a plain
+``http://`` base URL with no proxy (a local server), recursa gives that client
+its own transport instead, :class:`recursa.models._http.LeanTransport`
+("lean" here). The SDKs also offer an aiohttp backend
+(``DefaultAioHttpClient``, their ``aiohttp`` extra). This times the same call
+each way: ``post`` a Chat Completions body with ``stream=True`` to the
+loopback fake server (its own process) and read the whole streamed reply, as
+:class:`~recursa.models.openai.OpenAIProvider` does, without the parsing all
 share.
 
 For each backend and round it prints the median wall time of a call and the
 client's CPU per call (the fake server's CPU is its own process's), after
 ``--warm`` calls; rounds alternate the backends, with the load average
-beside them. On a shared machine, compare the two columns of one round.
+beside them. On a shared machine, compare the columns of one round.
 
-Measured here (2 cores): aiohttp takes about 40% less client CPU a call
-(0.63-0.71 against 1.02-1.28 ms). recursa does not use it, for what it does
+Measured here (2 cores): the lean transport takes 0.5-0.6 ms of client CPU
+a call, httpx2's own 0.9-1.1 ms. aiohttp took about 40% less than httpx2
+(0.63-0.71 against 1.02-1.28 ms); recursa does not use it, for what it does
 with a hostile or broken server, checked with aiohttp 3.14.5 under openai
-3.60 and anthropic 2.17:
+3.60 and anthropic 2.17 (the lean transport fails each of these calls with
+httpx's own error, which the SDKs translate; ``tests/integration/test_lean_http.py``
+and ``test_http_providers.py`` hold the cases):
 
 - a chunked body with a framing error (a bad chunk size, a missing CRLF)
   after the body has begun waits forever under aiohttp's C parser: it stops
@@ -49,7 +54,9 @@ from pathlib import Path
 import httpx2
 import openai
 
-BACKENDS = ("httpx2", "aiohttp")
+from recursa.models._http import LeanTransport
+
+BACKENDS = ("httpx2", "lean", "aiohttp")
 
 
 def installed(backends: tuple[str, ...]) -> tuple[str, ...]:
@@ -57,7 +64,7 @@ def installed(backends: tuple[str, ...]) -> tuple[str, ...]:
     try:
         import aiohttp  # noqa: F401
     except ImportError:
-        print("aiohttp is not installed (pip install 'openai[aiohttp]'): httpx2 alone")
+        print("aiohttp is not installed (pip install 'openai[aiohttp]'): httpx2 and lean")
         return tuple(b for b in backends if b != "aiohttp")
     return backends
 
@@ -75,7 +82,11 @@ def start_server(where: Path, replies: int) -> tuple[subprocess.Popen[str], str]
 
 async def calls(backend: str, base_url: str, count: int, warm: int) -> tuple[float, float]:
     """The median wall seconds and the mean CPU seconds of a call, after ``warm``."""
-    http = openai.DefaultAioHttpClient() if backend == "aiohttp" else None
+    http: httpx2.AsyncClient | None = None
+    if backend == "aiohttp":
+        http = openai.DefaultAioHttpClient()
+    elif backend == "lean":
+        http = openai.DefaultAsyncHttpxClient(transport=LeanTransport())
     client = openai.AsyncOpenAI(api_key="bench", base_url=base_url, max_retries=0, http_client=http)
     body = json.dumps(
         {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi " * 200}]}

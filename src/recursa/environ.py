@@ -1,6 +1,8 @@
 """What a process of recursa reads from its environment before, or without,
 the configuration file: where the home is (``RECURSA_HOME``), whether to show
-tracebacks (``RECURSA_DEBUG``) and colors (``NO_COLOR``, ``TERM``).
+tracebacks (``RECURSA_DEBUG``) and colors (``NO_COLOR``, ``TERM``), and
+whether a proxy applies to a plain-HTTP URL (``http_proxy``, ``all_proxy``,
+``no_proxy``).
 
 Apart from :mod:`recursa.config` (which re-exports these) so that a client of
 a running daemon, such as ``recursa agents``, needs neither pydantic's
@@ -41,4 +43,23 @@ def color_enabled(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
-__all__ = ["DEFAULT_HOME", "color_enabled", "debug_enabled", "environment", "home_dir"]
+def http_proxied(host: str) -> bool:
+    """Whether the environment sends a plain-HTTP request to ``host`` through
+    a proxy: ``http_proxy`` or ``all_proxy`` (any case) is set and
+    ``no_proxy`` does not exempt ``host`` (read as httpx and urllib read them)."""
+    import urllib.request  # only the daemon asks, once per provider
+
+    proxies = urllib.request.getproxies_environment()
+    if "http" not in proxies and "all" not in proxies:
+        return False
+    return not urllib.request.proxy_bypass(host)  # on Linux, no_proxy alone
+
+
+__all__ = [
+    "DEFAULT_HOME",
+    "color_enabled",
+    "debug_enabled",
+    "environment",
+    "home_dir",
+    "http_proxied",
+]

@@ -20,7 +20,7 @@ import pytest
 
 from recursa.config import Config, ProviderConfig
 from recursa.errors import FailureKind, ModelUnavailable
-from recursa.models import _errors
+from recursa.models import _errors, _sdk
 from recursa.models.anthropic import AnthropicProvider
 from recursa.models.openai import OFFICIAL_DIALECT, OpenAIProvider
 from recursa.models.registry import Providers
@@ -63,10 +63,18 @@ async def server() -> AsyncIterator[FakeModelServer]:
 Make = Callable[..., Provider]
 
 
-@pytest.fixture
-async def make(server: FakeModelServer, tmp_path: Path) -> AsyncIterator[Make]:
-    """Build a provider of either kind pointed at the fake server; closed afterwards."""
+@pytest.fixture(params=["lean", "httpx"])
+async def make(
+    server: FakeModelServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Make]:
+    """Build a provider of either kind pointed at the fake server; closed
+    afterwards. Each test runs on both transports under the SDK's client:
+    recursa's lean one (a plain-HTTP local server's) and httpx's own (what
+    any other URL gets)."""
     built: list[Provider] = []
+    monkeypatch = pytest.MonkeyPatch()
+    if request.param == "httpx":
+        monkeypatch.setattr(_sdk, "lean_transport_for", lambda base_url: None)
 
     def build(
         vendor: Vendor, *, key: str | None = KEY, timeout: float = 5.0, **extra: object
@@ -85,6 +93,7 @@ async def make(server: FakeModelServer, tmp_path: Path) -> AsyncIterator[Make]:
     yield build
     for provider in built:
         await provider.aclose()
+    monkeypatch.undo()
 
 
 def request(

@@ -11,11 +11,15 @@ import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx2
 import pytest
 
+from recursa.config import Config, ProviderConfig
 from recursa.models._http import MAX_HEAD_BYTES, LeanTransport, lean_transport_for
+from recursa.models.anthropic import AnthropicProvider
+from recursa.models.openai import OpenAIProvider
 
 Reply = Callable[[bytes, bytes], bytes | None]
 """A canned server: (request head, request body) -> raw response bytes; None
@@ -382,3 +386,22 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_both_providers_use_it_for_a_local_server_only(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    provider_class = OpenAIProvider if kind == "openai" else AnthropicProvider
+    seen = {}
+    for url in ("http://127.0.0.1:8080/v1", "https://models.example/v1"):
+        table = ProviderConfig(name=kind, kind=kind, base_url=url, api_key="k")  # type: ignore[arg-type]
+        provider = provider_class(table, Config(home=tmp_path))
+        # The SDK client's httpx client, and the transport under it.
+        seen[url] = type(provider._client._client._transport)
+    assert seen == {
+        "http://127.0.0.1:8080/v1": LeanTransport,
+        "https://models.example/v1": httpx2.AsyncHTTPTransport,
+    }

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import select
-import urllib.request
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import httpx2
+
+from recursa.environ import http_proxied
 
 MAX_HEAD_BYTES = 65_536
 """The longest status line and headers a response may have."""
@@ -409,7 +410,6 @@ def lean_transport_for(base_url: str | None) -> LeanTransport | None:
     parts = urlsplit(base_url)
     if parts.scheme != "http" or not parts.hostname:
         return None
-    proxies = urllib.request.getproxies()
-    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass(parts.hostname):
+    if http_proxied(parts.hostname):
         return None
     return LeanTransport()
