@@ -181,8 +181,9 @@ class Peak:
         self._stop = threading.Event()
         self.samples: list[list[tuple[str, int, int, int]]] = []
         """Per sample: (role, pid, RSS, PSS) of each process."""
-        self.kernel: int | None = None
-        """The run's kernel (set once the run has said which)."""
+        self.kernel: set[int] = set()
+        """The run's kernel: its process and any below it (an exec'd kernel's
+        pid is its sandbox's wrapper), set once the run has said which."""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Peak:
@@ -217,7 +218,7 @@ class Peak:
         """The peak summed RSS of the client, the daemon and the run's kernel."""
         own = {"client", "daemon"}
         return max(
-            (sum(p[2] for p in s if p[0] in own or p[1] == self.kernel) for s in self.samples),
+            (sum(p[2] for p in s if p[0] in own or p[1] in self.kernel) for s in self.samples),
             default=0,
         )
 
@@ -229,7 +230,7 @@ class Peak:
         largest = max(self.samples, key=lambda s: sum(p[2] for p in s))
         parts: dict[str, int] = {}
         for role, pid, rss, _ in largest:
-            role = "the run's kernel" if pid == self.kernel else role
+            role = "the run's kernel" if pid in self.kernel else role
             parts[role] = parts.get(role, 0) + rss
         return parts
 
@@ -312,7 +313,10 @@ class Recursa:
             raise SystemExit(
                 f"recursa run failed ({client.returncode}): {(transcript + out)[-500:]}"
             )
-        sampler.kernel = kernel_pid(transcript)
+        pid = kernel_pid(transcript)
+        if pid is None:
+            raise SystemExit(f"recursa run printed no kernel pid: {transcript[-500:]}")
+        sampler.kernel = {p.pid for p in tree_of(pid)}
         return wall, sampler if peak else None
 
     def daemon(self) -> psutil.Process | None:

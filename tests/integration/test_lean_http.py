@@ -1,5 +1,6 @@
 """The lean HTTP/1.1 transport (recursa.models._http) on real loopback sockets:
-it reads every framing a server uses exactly as httpx's own transport does,
+it reads every framing a server uses as httpx's own transport does (and
+refuses what that one refuses),
 keeps connections alive and reuses only a connection read to its end, and
 raises httpx's own errors for what a server gets wrong."""
 
@@ -7,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import re
+import resource
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ import httpx2
 import pytest
 
 from recursa.config import Config, ProviderConfig
+from recursa.models import _http
 from recursa.models._http import MAX_HEAD_BYTES, LeanTransport, lean_transport_for
 from recursa.models.anthropic import AnthropicProvider
 from recursa.models.openai import OpenAIProvider
@@ -144,6 +148,12 @@ REPLIES = {
         b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n%b"
         % (len(GZIPPED), GZIPPED)
     ),
+    "bare LF line ends": b"HTTP/1.1 200 OK\ncontent-length: 2\n\nok",
+    "a folded header": b"HTTP/1.1 200 OK\r\na: 1\r\n b\r\ncontent-length: 2\r\n\r\nok",
+    "not modified, with a length and no body": (
+        b"HTTP/1.1 304 Not Modified\r\ncontent-length: 5\r\n\r\n"
+    ),
+    "HTTP/1.0, framed by its length": b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
     "a status error": (
         b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 3\r\ncontent-length: 2\r\n\r\n{}"
     ),
@@ -182,7 +192,8 @@ async def test_a_reply_that_arrives_a_byte_at_a_time_reads_the_same(
         whole.headers,
         whole.content,
     )
-    assert server.connections == 1  # and the connection was still reusable
+    if not REPLIES[name].startswith(b"HTTP/1.0"):
+        assert server.connections == 1  # and the connection was still reusable
 
 
 async def test_a_body_framed_by_the_connections_end_is_read_to_it(
@@ -283,7 +294,10 @@ async def test_a_chunked_request_body_is_sent_chunked(
 BROKEN = {
     "not HTTP": (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1 status line"),
     "a header without a colon": (b"HTTP/1.1 200 OK\r\nbroken\r\n\r\n", "malformed header"),
-    "a folded header": (b"HTTP/1.1 200 OK\r\na: 1\r\n b\r\n\r\n", "malformed header"),
+    "a space before a header's colon": (
+        b"HTTP/1.1 200 OK\r\ncontent-length : 2\r\n\r\nok",
+        "malformed header",
+    ),
     "a bad chunk size": (
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
         "malformed chunk size",
@@ -299,7 +313,20 @@ BROKEN = {
     ),
     "lengths that disagree": (
         b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
+        "conflicting content-length",
+    ),
+    "two length headers that disagree": (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 3\r\n\r\nabcde",
+        "conflicting content-length",
+    ),
+    "a length that is not a number": (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 3a\r\n\r\nabc",
         "malformed content-length",
+    ),
+    "two transfer-encoding headers": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n"
+        b"transfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+        "more than one transfer-encoding",
     ),
     "another transfer coding": (
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 2\r\n\r\nok",
@@ -310,7 +337,7 @@ BROKEN = {
         "over 4096 bytes",
     ),
     "a head over the limit": (
-        b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (2 * MAX_HEAD_BYTES) + b"\r\n\r\n",
         f"over {MAX_HEAD_BYTES} bytes",
     ),
 }
@@ -323,12 +350,92 @@ async def test_a_malformed_response_is_a_remote_protocol_error(
     raw, said = BROKEN[name]
     server = await serve(canned(raw))
     server.close_after = True
+    async with usual() as client:  # which httpx's own transport refuses too
+        with pytest.raises(httpx2.TransportError):
+            await client.get(server.url)
     async with lean() as client:
         with pytest.raises(httpx2.RemoteProtocolError, match=said):
             await client.get(server.url)
         # The next request is unharmed, on a connection of its own.
         server.reply = canned(REPLIES["content-length"])
         assert (await client.get(server.url)).content == b"hello"
+
+
+async def test_a_head_request_has_no_body_and_keeps_its_connection(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"))
+    seen = []
+    for make in (lean, usual):
+        async with make() as client:
+            first = await client.head(server.url)
+            second = await client.head(server.url)
+            seen.append((first.status_code, first.content, second.content))
+    assert seen[0] == seen[1] == (200, b"", b"")
+    assert server.connections == 2  # one for each transport
+
+
+async def test_a_body_cancelled_or_stalled_midway_costs_only_its_connection(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    begun = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    server = await serve(canned(begun))  # and then nothing more, the connection open
+    async with httpx2.AsyncClient(transport=LeanTransport(), timeout=0.2) as client:
+        got = asyncio.Event()
+
+        async def read() -> None:
+            async with client.stream("GET", server.url) as response:
+                async for _ in response.aiter_raw():
+                    got.set()
+
+        task = asyncio.create_task(read())
+        await got.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with client.stream("GET", server.url) as response:
+            with pytest.raises(httpx2.ReadTimeout):
+                async for _ in response.aiter_raw():
+                    pass
+        server.reply = canned(REPLIES["content-length"])
+        assert (await client.get(server.url)).content == b"hello"
+    assert server.connections == 3  # neither broken connection was reused
+
+
+async def test_descriptors_past_1024_are_no_trouble(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    # A daemon with many kernels holds many sockets: select() cannot take a
+    # descriptor past 1024; the idle check must not use it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 2048)), hard))
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        server = await serve(canned(REPLIES["content-length"]))
+        async with lean() as client:
+            for _ in range(3):
+                assert (await client.get(server.url)).content == b"hello"
+        assert server.connections == 1
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_connection_idle_past_the_keep_alive_time_is_not_reused(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    now = [1000.0]
+    server = await serve(canned(REPLIES["content-length"]))
+    transport = LeanTransport(clock=lambda: now[0])
+    async with httpx2.AsyncClient(transport=transport, timeout=5) as client:
+        await client.get(server.url)
+        now[0] += _http.KEEP_IDLE_SECONDS - 1
+        await client.get(server.url)
+        assert server.connections == 1
+        now[0] += _http.KEEP_IDLE_SECONDS + 1
+        await client.get(server.url)
+    assert server.connections == 2
 
 
 async def test_a_server_that_hangs_up_or_is_not_there_raises_httpxs_errors(

@@ -140,12 +140,15 @@ def _remove_litter(runtime_dir: Path, kept: set[Path]) -> None:
             if not _launcher_gone(marker.with_name("kernel" + marker.stem.removeprefix("zygote"))):
                 continue
             try:
-                directory = zygote_dir(marker.parent, marker.stem)
+                # Where it is now, and where a version that did not leave room
+                # for its kernels' names put it (beside the marker).
+                places = {zygote_dir(marker.parent, marker.stem), marker.parent / marker.stem}
             except KernelError:
                 continue
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # not while a kernel's directory is in it
-            if not directory.exists():
+            for directory in places:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()  # not while a kernel's directory is in it
+            if not any(directory.exists() for directory in places):
                 for path in (marker, marker.with_suffix(".log")):
                     with contextlib.suppress(OSError):
                         path.unlink()

@@ -27,22 +27,30 @@ client then keeps httpx's own.
 from __future__ import annotations
 
 import asyncio
+import re
 import select
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httpx2
 
 from recursa.environ import http_proxied
 
-MAX_HEAD_BYTES = 65_536
-"""The longest status line and headers a response may have."""
+MAX_HEAD_BYTES = 102_400
+"""The longest status line and headers a response may have (httpcore's limit for h11)."""
 MAX_LINE_BYTES = 4096
 """The longest line of the chunked framing (a chunk's size and extensions, a trailer)."""
 READ_BYTES = 65_536
 """The most read from the socket at once."""
 MAX_IDLE = 100
 """Idle connections kept per server (the SDKs' own keep-alive limit)."""
+KEEP_IDLE_SECONDS = 5.0
+"""How long an idle connection is kept (httpx's own keep-alive expiry)."""
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_LINE_END = re.compile(rb"\r?\n")
+"""Lines end in CRLF, or in a bare LF (which RFC 9112 lets a recipient take, as h11 does)."""
 
 _NO_BODY_STATUS = frozenset({204, 304})
 
@@ -54,12 +62,13 @@ class _Connection:
     the framing is parsed: one timeout per read from the socket, not one per
     line or chunk."""
 
-    __slots__ = ("buffer", "reader", "writer")
+    __slots__ = ("buffer", "idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.buffer = bytearray()
+        self.idle_since = 0.0
 
     def usable(self) -> bool:
         """Whether an idle connection can take another request: the server has
@@ -71,8 +80,12 @@ class _Connection:
         sock = self.writer.get_extra_info("socket")
         if sock is None:
             return False
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable
+        try:  # poll, not select: a daemon with many kernels has descriptors past 1024
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         self.writer.close()
@@ -91,24 +104,29 @@ class _Connection:
         return bool(data)
 
     async def until(
-        self, end: bytes, most: int, what: str, seconds: float | None, request: httpx2.Request
+        self,
+        end: re.Pattern[bytes],
+        most: int,
+        what: str,
+        seconds: float | None,
+        request: httpx2.Request,
     ) -> bytes | None:
-        """The bytes before the next ``end`` (taken from the buffer with it);
-        None if the connection ends before any byte. A RemoteProtocolError if
-        ``what`` is longer than ``most`` bytes or is cut short."""
+        """The bytes before the next match of ``end`` (taken from the buffer
+        with it); None if the connection ends before any byte. A
+        RemoteProtocolError if ``what`` is longer than ``most`` bytes or is cut short."""
         searched = 0
-        while (found := self.buffer.find(end, searched)) < 0:
+        while (found := end.search(self.buffer, searched)) is None:
             if len(self.buffer) > most:
                 raise httpx2.RemoteProtocolError(f"{what} is over {most} bytes", request=request)
-            searched = max(0, len(self.buffer) - len(end) + 1)
+            searched = max(0, len(self.buffer) - 3)  # a match is at most 4 bytes
             if not await self.fill(seconds, request):
                 if not self.buffer:
                     return None
                 raise httpx2.RemoteProtocolError(f"{what} was cut short", request=request)
-        if found > most:
+        if found.start() > most:
             raise httpx2.RemoteProtocolError(f"{what} is over {most} bytes", request=request)
-        taken = bytes(self.buffer[:found])
-        del self.buffer[: found + len(end)]
+        taken = bytes(self.buffer[: found.start()])
+        del self.buffer[: found.end()]
         return taken
 
     async def take(self, most: int, seconds: float | None, request: httpx2.Request) -> bytes:
@@ -123,7 +141,8 @@ class _Connection:
 class LeanTransport(httpx2.AsyncBaseTransport):
     """HTTP/1.1 over asyncio streams, with kept-alive connections."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._other: httpx2.AsyncHTTPTransport | None = None
         self._closed = False
@@ -143,11 +162,11 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             connection = await _connect(key, timeouts.get("connect"), request)
         try:
             await _send(connection, request, timeouts.get("write"))
-            status, reason, headers, old = await _read_head(
+            version, status, reason, headers = await _read_head(
                 connection, timeouts.get("read"), request
             )
             length, chunked, keep = _framing(request, status, headers)
-            keep = keep and not old
+            keep = keep and version == b"HTTP/1.1"
         except BaseException:
             connection.close()
             raise
@@ -156,23 +175,28 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             status,
             headers=headers,
             stream=body,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            extensions={"http_version": version, "reason_phrase": reason},
         )
 
     def _take(self, key: tuple[str, int]) -> _Connection | None:
         idle = self._idle.get(key)
+        kept_since = self._clock() - KEEP_IDLE_SECONDS
         while idle:
-            connection = idle.pop()
-            if connection.usable():
+            connection = idle.pop()  # the most recent first
+            if connection.idle_since >= kept_since and connection.usable():
                 return connection
             connection.close()
         return None
 
     def _give_back(self, key: tuple[str, int], connection: _Connection) -> None:
         idle = self._idle.setdefault(key, [])
+        now = self._clock()
+        while idle and idle[0].idle_since < now - KEEP_IDLE_SECONDS:
+            idle.pop(0).close()  # the oldest first: expired
         if self._closed or len(idle) >= MAX_IDLE or not connection.usable():
             connection.close()
         else:
+            connection.idle_since = now
             idle.append(connection)
 
     async def aclose(self) -> None:
@@ -219,8 +243,14 @@ class _Body(httpx2.AsyncByteStream):
                 while True:
                     size = _chunk_size(await _line(connection, seconds, request), request)
                     if size == 0:
-                        while await _line(connection, seconds, request):
-                            pass  # trailers
+                        trailers = 0
+                        while line := await _line(connection, seconds, request):
+                            trailers += len(line)
+                            if trailers > MAX_HEAD_BYTES:
+                                raise httpx2.RemoteProtocolError(
+                                    f"the trailers are over {MAX_HEAD_BYTES} bytes",
+                                    request=request,
+                                )
                         break
                     while size:
                         data = await _part(connection, size, seconds, request)
@@ -260,19 +290,25 @@ def _framing(
 ) -> tuple[int | None, bool, bool]:
     """How the body is framed (RFC 9112 §6.3): its length (None: chunked, or
     to the connection's end), whether chunked, whether the connection is kept."""
-    keep, chunked, length = True, False, None
+    keep, chunked = True, False
+    lengths: set[bytes] = set()
     for name, value in headers:
         lowered = name.lower()
-        if lowered == b"connection" and b"close" in value.lower():
-            keep = False
+        if lowered == b"connection":
+            keep = keep and b"close" not in {t.strip() for t in value.lower().split(b",")}
         elif lowered == b"transfer-encoding":
-            if value.strip(b" \t").lower() != b"chunked":  # as h11: no other coding
+            if chunked:
+                raise httpx2.RemoteProtocolError(
+                    "more than one transfer-encoding header", request=request
+                )
+            if value.lower() != b"chunked":  # as h11: no other coding
                 raise httpx2.RemoteProtocolError(
                     f"an unsupported transfer-encoding: {value[:40]!r}", request=request
                 )
             chunked = True
         elif lowered == b"content-length":
-            length = _length(value, request)
+            lengths.update(v.strip(b" \t") for v in value.split(b","))
+    length = _length(lengths, request) if lengths else None
     if request.method == "HEAD" or status in _NO_BODY_STATUS:
         return 0, False, keep
     if chunked:
@@ -329,41 +365,54 @@ async def _send(connection: _Connection, request: httpx2.Request, seconds: float
 
 async def _read_head(
     connection: _Connection, seconds: float | None, request: httpx2.Request
-) -> tuple[int, bytes, list[tuple[bytes, bytes]], bool]:
-    """The status, reason and headers of the response (informational ones
-    skipped), and whether it is HTTP/1.0 (whose connections are not kept)."""
+) -> tuple[bytes, int, bytes, list[tuple[bytes, bytes]]]:
+    """The version, status, reason and headers of the response (informational
+    ones skipped, up to :data:`MAX_HEAD_BYTES` of them all)."""
+    read = 0
     while True:
         head = await connection.until(
-            b"\r\n\r\n", MAX_HEAD_BYTES, "the response's head", seconds, request
+            _HEAD_END, MAX_HEAD_BYTES - read, "the response's head", seconds, request
         )
         if head is None:
             raise httpx2.RemoteProtocolError(
                 "Server disconnected without sending a response", request=request
             )
-        status_line, *lines = head.split(b"\r\n")
+        read += len(head)
+        status_line, *lines = _LINE_END.split(head)
         version, _, rest = status_line.partition(b" ")
         code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
             raise httpx2.RemoteProtocolError(
                 f"not an HTTP/1 status line: {status_line[:80]!r}", request=request
             )
         status = int(code)
         if 100 <= status < 200 and status != 101:
             continue  # 100 Continue and kin: the response follows
-        headers = []
-        for line in lines:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip() or name[:1] in b" \t":
-                raise httpx2.RemoteProtocolError(
-                    f"a malformed header line: {line[:80]!r}", request=request
-                )
-            headers.append((name, value.strip(b" \t")))
-        return status, reason, headers, version == b"HTTP/1.0"
+        return version, status, reason, _headers(lines, request)
+
+
+def _headers(lines: list[bytes], request: httpx2.Request) -> list[tuple[bytes, bytes]]:
+    """The header lines as (name, value); a line that starts with a space or
+    tab continues the one before (obs-fold, joined with a space as RFC 9112
+    §5.2 says a recipient may, and h11 does)."""
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t") and headers:
+            name, value = headers[-1]
+            headers[-1] = (name, b"%b %b" % (value, line.strip(b" \t")))
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip(b" \t"):
+            raise httpx2.RemoteProtocolError(
+                f"a malformed header line: {line[:80]!r}", request=request
+            )
+        headers.append((name, value.strip(b" \t")))
+    return headers
 
 
 async def _line(connection: _Connection, seconds: float | None, request: httpx2.Request) -> bytes:
     """A line of the chunked framing, without its CRLF."""
-    line = await connection.until(b"\r\n", MAX_LINE_BYTES, "a chunk's line", seconds, request)
+    line = await connection.until(_LINE_END, MAX_LINE_BYTES, "a chunk's line", seconds, request)
     if line is None:
         raise httpx2.RemoteProtocolError("the body was cut short", request=request)
     return line
@@ -391,12 +440,15 @@ def _chunk_size(line: bytes, request: httpx2.Request) -> int:
         ) from None
 
 
-def _length(value: bytes, request: httpx2.Request) -> int:
-    # Repeated values (a list) must agree (RFC 9110 §8.6).
-    values = {v.strip() for v in value.split(b",")}
-    if len(values) != 1 or not (only := values.pop()).isdigit():
+def _length(values: set[bytes], request: httpx2.Request) -> int:
+    """The body's length from every value of every content-length header,
+    which must agree (RFC 9110 §8.6)."""
+    if len(values) != 1:
+        raise httpx2.RemoteProtocolError("conflicting content-length headers", request=request)
+    (only,) = values
+    if not only.isdigit():
         raise httpx2.RemoteProtocolError(
-            f"a malformed content-length: {value[:40]!r}", request=request
+            f"a malformed content-length: {only[:40]!r}", request=request
         )
     return int(only)
 
