@@ -178,6 +178,27 @@ def test_shutdown_and_start_again_keep_queued_messages(
     assert answers == ["one", "two"]
 
 
+def test_after_a_restart_an_unloaded_session_still_shows_its_last_answer(
+    server: FakeModelServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    server.push(Reply(text="the first answer"), Reply(text="the second answer"))
+    ran = recursa(["run", "--model", "openai/m", "--name", "kept", "one"], env, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    sent = recursa(["send", "kept", "two"], env, tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    wait_idle(env, tmp_path, "kept")
+    down = recursa(["shutdown"], env, tmp_path)
+    assert down.returncode == 0, down.stderr
+    # A new daemon has not loaded the session: the answer comes from the store.
+    logs = recursa(["logs", "kept"], env, tmp_path)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.rstrip().splitlines()[-1].endswith("last answer: the second answer")
+    agents = recursa(["agents", "--json"], env, tmp_path)
+    [info] = [i for i in json.loads(agents.stdout) if i["name"] == "kept"]
+    assert info["status"] == "inactive"
+    assert info["last_answer"] == "the second answer"
+
+
 def test_an_unknown_session_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
     result = recursa(["send", "s-nothing", "hi"], env, tmp_path)
     assert result.returncode == 6

@@ -31,6 +31,7 @@ from recursa.protocol.events import (
     Notice,
     ReadMessage,
     TextDelta,
+    TurnEnded,
     TurnStarted,
     UserInput,
     event_from_dict,
@@ -610,3 +611,15 @@ def test_the_feed_and_the_tail_read_past_undecodable_rows(store: Store, db_path:
     assert store.tail(other, limit=1, before=last.seq) == []
     assert store.last_seq(sid, type="user_input") == first.seq
     assert store.last_seq() == last.seq
+
+
+def test_last_answer_is_the_latest_turn_that_ended_with_one(store: Store) -> None:
+    sid = store.create_session(model="faux/m", cwd="/w", workspace="/w").id
+    other = store.create_session(model="faux/m", cwd="/w", workspace="/w").id
+    assert store.last_answer(sid) is None
+    store.append(sid, TurnEnded(turn=1, reason="answered", answer="first"))
+    store.append(other, TurnEnded(turn=1, reason="answered", answer="not this session's"))
+    store.append(sid, TurnEnded(turn=2, reason="answered", answer='second, "quoted"\n'))
+    store.append(sid, TurnEnded(turn=3, reason="interrupted"))  # no answer: the one before stays
+    store.append(sid, UserInput(text="more"))
+    assert store.last_answer(sid) == 'second, "quoted"\n'

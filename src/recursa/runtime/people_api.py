@@ -153,7 +153,7 @@ class PeopleApi:
                 cost=totals.cost,
                 unknown_cost_calls=totals.unknown_cost_calls,
             ),
-            last_answer=loaded.last_answer if loaded else None,
+            last_answer=loaded.last_answer if loaded else self.store.last_answer(row.id),
             depth=depth_of(row),
             pending=self.store.inbox.pending_count(row.id) if pending is None else pending,
             cell_started_at=loaded.cell_started_at if loaded else None,

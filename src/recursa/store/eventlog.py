@@ -40,6 +40,11 @@ _INSERT_USAGE = (
     "INSERT INTO usage (seq, session_id, model, input_tokens, output_tokens, cached_tokens,"
     " cache_write_tokens, cost, latency, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_LAST_ANSWER = """
+    SELECT json_extract(data, '$.answer') FROM events
+    WHERE session_id = ? AND type = 'turn_ended' AND json_extract(data, '$.answer') IS NOT NULL
+    ORDER BY seq DESC LIMIT 1
+"""
 
 
 class EventLog(StoreConnection):
@@ -239,6 +244,13 @@ class EventLog(StoreConnection):
                 .fetchone()
             )
         return None if row is None or row[0] is None else float(row[0])
+
+    def last_answer(self, session_id: str) -> str | None:
+        """The answer of the session's latest turn that ended with one (what
+        a loaded session keeps as ``last_answer``), or None."""
+        with translated(self._where):
+            row = self._db().execute(_LAST_ANSWER, (session_id,)).fetchone()
+        return None if row is None or not isinstance(row[0], str) else row[0]
 
     def last_seq(self, session_id: str | None = None, *, type: str | None = None) -> int:
         """The highest seq stored (in that session, or anywhere; of that event
