@@ -316,7 +316,7 @@ class Recursa:
         pid = kernel_pid(transcript)
         if pid is None:
             raise SystemExit(f"recursa run printed no kernel pid: {transcript[-500:]}")
-        sampler.kernel = {p.pid for p in tree_of(pid)}
+        sampler.kernel = {pid, *(p.pid for p in tree_of(pid))}
         return wall, sampler if peak else None
 
     def daemon(self) -> psutil.Process | None:

@@ -139,12 +139,11 @@ def _remove_litter(runtime_dir: Path, kept: set[Path]) -> None:
         for marker in _absolute(runtime_dir).glob("zygote-*.zygote"):
             if not _launcher_gone(marker.with_name("kernel" + marker.stem.removeprefix("zygote"))):
                 continue
-            try:
-                # Where it is now, and where a version that did not leave room
-                # for its kernels' names put it (beside the marker).
-                places = {zygote_dir(marker.parent, marker.stem), marker.parent / marker.stem}
-            except KernelError:
-                continue
+            # Where it is now, and where a version that did not leave room for
+            # its kernels' names put it (beside the marker).
+            places = {marker.parent / marker.stem}
+            with contextlib.suppress(KernelError):  # no private temporary directory
+                places.add(zygote_dir(marker.parent, marker.stem))
             for directory in places:
                 with contextlib.suppress(OSError):
                     directory.rmdir()  # not while a kernel's directory is in it

@@ -9,8 +9,9 @@ status line and headers, and hands httpx the body as it arrives, framed by
 ``transfer-encoding: chunked``, by ``content-length``, or by the connection's
 end. What arrives is read a block at a time into the connection's buffer and
 parsed there (one timeout per read from the socket). Connections are kept
-alive and reused, one request at a time each, once a body has been read to
-its end.
+alive (5 s idle, as httpx keeps them) and reused, one request at a time each,
+once a body has been read to its end; an idle one is not read from, so that
+anything its server sends unasked, or its close, is seen before reuse.
 
 What stays the SDK's and httpx's: the request's building, auth, headers,
 redirects, content decoding, status errors and the mapping of transport errors
@@ -19,7 +20,8 @@ redirects, content decoding, status errors and the mapping of transport errors
 connection and timeout errors).
 
 Only ``http://`` goes this way; any other scheme (a redirect to ``https``)
-goes to httpx's own transport. :func:`lean_transport_for` gives no transport
+goes to httpx's own transport (without the environment's proxies: httpx
+reads them only for a client it builds the transport of). :func:`lean_transport_for` gives no transport
 where a proxy applies to the base URL or it is not plain HTTP, and the SDK's
 client then keeps httpx's own.
 """
@@ -31,6 +33,7 @@ import re
 import select
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 import httpx2
@@ -39,6 +42,8 @@ from recursa.environ import http_proxied
 
 MAX_HEAD_BYTES = 102_400
 """The longest status line and headers a response may have (httpcore's limit for h11)."""
+MAX_INFORMATIONAL = 16
+"""The most informational (1xx) responses taken before a response."""
 MAX_LINE_BYTES = 4096
 """The longest line of the chunked framing (a chunk's size and extensions, a trailer)."""
 READ_BYTES = 65_536
@@ -72,10 +77,13 @@ class _Connection:
 
     def usable(self) -> bool:
         """Whether an idle connection can take another request: the server has
-        neither closed it nor sent anything unasked (nothing is left over, and
-        its socket has nothing to read, whether or not the event loop has seen
-        it yet)."""
+        neither closed it nor sent anything unasked. Nothing is left over here
+        or in the stream's buffer, and the socket has nothing to read (an idle
+        connection's reading is paused, so what comes while it waits stays
+        there, where this sees it)."""
         if self.buffer or self.reader.at_eof() or self.writer.is_closing():
+            return False
+        if getattr(self.reader, "_buffer", None):  # read by the loop, not by us
             return False
         sock = self.writer.get_extra_info("socket")
         if sock is None:
@@ -89,6 +97,13 @@ class _Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+    def pause(self) -> None:
+        """Stop reading while idle (see :meth:`usable`)."""
+        cast("asyncio.ReadTransport", self.writer.transport).pause_reading()
+
+    def resume(self) -> None:
+        cast("asyncio.ReadTransport", self.writer.transport).resume_reading()
 
     async def fill(self, seconds: float | None, request: httpx2.Request) -> bool:
         """Add what arrives next to the buffer (waiting up to ``seconds`` for
@@ -116,7 +131,7 @@ class _Connection:
         RemoteProtocolError if ``what`` is longer than ``most`` bytes or is cut short."""
         searched = 0
         while (found := end.search(self.buffer, searched)) is None:
-            if len(self.buffer) > most:
+            if len(self.buffer) - 3 > most:  # up to 3 bytes may begin the terminator
                 raise httpx2.RemoteProtocolError(f"{what} is over {most} bytes", request=request)
             searched = max(0, len(self.buffer) - 3)  # a match is at most 4 bytes
             if not await self.fill(seconds, request):
@@ -167,6 +182,14 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             )
             length, chunked, keep = _framing(request, status, headers)
             keep = keep and version == b"HTTP/1.1"
+        except httpx2.HTTPError:
+            connection.close()
+            raise
+        except Exception as exc:  # a transport raises httpx's errors, whatever the server sent
+            connection.close()
+            raise httpx2.RemoteProtocolError(
+                f"{type(exc).__name__}: {exc}", request=request
+            ) from exc
         except BaseException:
             connection.close()
             raise
@@ -179,25 +202,33 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         )
 
     def _take(self, key: tuple[str, int]) -> _Connection | None:
+        self._expire()
         idle = self._idle.get(key)
-        kept_since = self._clock() - KEEP_IDLE_SECONDS
         while idle:
             connection = idle.pop()  # the most recent first
-            if connection.idle_since >= kept_since and connection.usable():
+            if connection.usable():
+                connection.resume()
                 return connection
             connection.close()
         return None
 
     def _give_back(self, key: tuple[str, int], connection: _Connection) -> None:
+        self._expire()
         idle = self._idle.setdefault(key, [])
-        now = self._clock()
-        while idle and idle[0].idle_since < now - KEEP_IDLE_SECONDS:
-            idle.pop(0).close()  # the oldest first: expired
         if self._closed or len(idle) >= MAX_IDLE or not connection.usable():
             connection.close()
         else:
-            connection.idle_since = now
+            connection.pause()
+            connection.idle_since = self._clock()
             idle.append(connection)
+
+    def _expire(self) -> None:
+        """Close the connections idle for longer than :data:`KEEP_IDLE_SECONDS`,
+        to every server (each list is oldest first)."""
+        oldest = self._clock() - KEEP_IDLE_SECONDS
+        for idle in self._idle.values():
+            while idle and idle[0].idle_since < oldest:
+                idle.pop(0).close()
 
     async def aclose(self) -> None:
         self._closed = True
@@ -244,8 +275,8 @@ class _Body(httpx2.AsyncByteStream):
                     size = _chunk_size(await _line(connection, seconds, request), request)
                     if size == 0:
                         trailers = 0
-                        while line := await _line(connection, seconds, request):
-                            trailers += len(line)
+                        while line := await _line(connection, seconds, request, MAX_HEAD_BYTES):
+                            trailers += len(line) + 2
                             if trailers > MAX_HEAD_BYTES:
                                 raise httpx2.RemoteProtocolError(
                                     f"the trailers are over {MAX_HEAD_BYTES} bytes",
@@ -326,7 +357,7 @@ async def _connect(
         raise httpx2.ConnectTimeout(
             f"connecting timed out after {seconds} s", request=request
         ) from exc
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA refuses
         raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
     return _Connection(reader, writer)
 
@@ -366,18 +397,17 @@ async def _send(connection: _Connection, request: httpx2.Request, seconds: float
 async def _read_head(
     connection: _Connection, seconds: float | None, request: httpx2.Request
 ) -> tuple[bytes, int, bytes, list[tuple[bytes, bytes]]]:
-    """The version, status, reason and headers of the response (informational
-    ones skipped, up to :data:`MAX_HEAD_BYTES` of them all)."""
-    read = 0
-    while True:
+    """The version, status, reason and headers of the response (up to
+    :data:`MAX_INFORMATIONAL` informational ones skipped; each head up to
+    :data:`MAX_HEAD_BYTES`, as h11 limits each)."""
+    for _ in range(MAX_INFORMATIONAL + 1):
         head = await connection.until(
-            _HEAD_END, MAX_HEAD_BYTES - read, "the response's head", seconds, request
+            _HEAD_END, MAX_HEAD_BYTES, "the response's head", seconds, request
         )
         if head is None:
             raise httpx2.RemoteProtocolError(
                 "Server disconnected without sending a response", request=request
             )
-        read += len(head)
         status_line, *lines = _LINE_END.split(head)
         version, _, rest = status_line.partition(b" ")
         code, _, reason = rest.partition(b" ")
@@ -389,6 +419,9 @@ async def _read_head(
         if 100 <= status < 200 and status != 101:
             continue  # 100 Continue and kin: the response follows
         return version, status, reason, _headers(lines, request)
+    raise httpx2.RemoteProtocolError(
+        f"over {MAX_INFORMATIONAL} informational responses before the response", request=request
+    )
 
 
 def _headers(lines: list[bytes], request: httpx2.Request) -> list[tuple[bytes, bytes]]:
@@ -399,10 +432,11 @@ def _headers(lines: list[bytes], request: httpx2.Request) -> list[tuple[bytes, b
     for line in lines:
         if line[:1] in (b" ", b"\t") and headers:
             name, value = headers[-1]
-            headers[-1] = (name, b"%b %b" % (value, line.strip(b" \t")))
+            joined = b"%b %b" % (value, line.strip(b" \t"))
+            headers[-1] = (name, joined.strip(b" \t"))
             continue
         name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip(b" \t"):
+        if not colon or not name or any(c in name for c in b" \t"):
             raise httpx2.RemoteProtocolError(
                 f"a malformed header line: {line[:80]!r}", request=request
             )
@@ -410,9 +444,14 @@ def _headers(lines: list[bytes], request: httpx2.Request) -> list[tuple[bytes, b
     return headers
 
 
-async def _line(connection: _Connection, seconds: float | None, request: httpx2.Request) -> bytes:
-    """A line of the chunked framing, without its CRLF."""
-    line = await connection.until(_LINE_END, MAX_LINE_BYTES, "a chunk's line", seconds, request)
+async def _line(
+    connection: _Connection,
+    seconds: float | None,
+    request: httpx2.Request,
+    most: int = MAX_LINE_BYTES,
+) -> bytes:
+    """A line of the chunked framing (up to ``most`` bytes), without its line end."""
+    line = await connection.until(_LINE_END, most, "a chunk's line", seconds, request)
     if line is None:
         raise httpx2.RemoteProtocolError("the body was cut short", request=request)
     return line
@@ -431,7 +470,11 @@ async def _part(
 def _chunk_size(line: bytes, request: httpx2.Request) -> int:
     digits = line.split(b";", 1)[0].strip(b" \t")
     try:
-        if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
+        if (
+            not digits
+            or len(digits) > 16
+            or not all(c in b"0123456789abcdefABCDEF" for c in digits)
+        ):
             raise ValueError
         return int(digits, 16)
     except ValueError:
@@ -446,7 +489,7 @@ def _length(values: set[bytes], request: httpx2.Request) -> int:
     if len(values) != 1:
         raise httpx2.RemoteProtocolError("conflicting content-length headers", request=request)
     (only,) = values
-    if not only.isdigit():
+    if not only.isdigit() or len(only) > 19:  # past 19 digits: no body is that long
         raise httpx2.RemoteProtocolError(
             f"a malformed content-length: {only[:40]!r}", request=request
         )
