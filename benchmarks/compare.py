@@ -313,10 +313,11 @@ class Recursa:
             raise SystemExit(
                 f"recursa run failed ({client.returncode}): {(transcript + out)[-500:]}"
             )
-        pid = kernel_pid(transcript)
-        if pid is None:
-            raise SystemExit(f"recursa run printed no kernel pid: {transcript[-500:]}")
-        sampler.kernel = {pid, *(p.pid for p in tree_of(pid))}
+        if peak:
+            pid = kernel_pid(transcript)
+            if pid is None:
+                raise SystemExit(f"recursa run printed no kernel pid: {transcript[-500:]}")
+            sampler.kernel = {pid, *(p.pid for p in tree_of(pid))}
         return wall, sampler if peak else None
 
     def daemon(self) -> psutil.Process | None:

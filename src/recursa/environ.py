@@ -4,7 +4,7 @@ tracebacks (``RECURSA_DEBUG``) and colors (``NO_COLOR``, ``TERM``), and
 whether a proxy applies to a plain-HTTP URL (``http_proxy``, ``all_proxy``,
 ``no_proxy``).
 
-Apart from :mod:`recursa.config` (which re-exports these) so that a client of
+Apart from :mod:`recursa.config` (which re-exports the first four) so that a client of
 a running daemon, such as ``recursa agents``, needs neither pydantic's
 configuration schema nor the time to build it.
 """
@@ -44,15 +44,20 @@ def color_enabled(stream: TextIO) -> bool:
 
 
 def http_proxied(host: str) -> bool:
-    """Whether the environment sends a plain-HTTP request to ``host`` through
-    a proxy: ``http_proxy`` or ``all_proxy`` (any case) is set and
-    ``no_proxy`` does not exempt ``host`` (read as httpx and urllib read them)."""
-    import urllib.request  # only the daemon asks, once per provider
+    """Whether a plain-HTTP request to ``host`` may go through a proxy: an
+    ``http`` or ``all`` proxy is set (the environment's ``http_proxy`` or
+    ``all_proxy`` in any case, and on macOS and Windows the system's, as
+    httpx reads them), unless ``no_proxy`` names ``host`` exactly or is
+    ``*``. Where httpx's own matching of ``no_proxy`` might differ (a domain,
+    a network), this says proxied: the caller then leaves the request to httpx."""
+    import urllib.request  # once per provider, in the process that runs it
 
-    proxies = urllib.request.getproxies_environment()
+    proxies = urllib.request.getproxies()
     if "http" not in proxies and "all" not in proxies:
         return False
-    return not urllib.request.proxy_bypass(host)  # on Linux, no_proxy alone
+    exempt = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""
+    names = {name.strip().lower() for name in exempt.split(",")}
+    return not ("*" in names or host.lower() in names)
 
 
 __all__ = [

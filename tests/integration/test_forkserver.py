@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -26,10 +27,10 @@ from test_kernel import ONE_SHELL_THREAD
 from recursa.errors import KernelError
 from recursa.kernel import Kernel, forkserver
 from recursa.kernel.forkserver import ForkServer, ForkServers
-from recursa.kernel.launch import MAX_IPC_PATH_BYTES, zygote_dir
+from recursa.kernel.launch import KERNEL_NAME_BYTES, MAX_IPC_PATH_BYTES, zygote_dir
 from recursa.kernel.lifecycle import KernelProcess
 from recursa.kernel.limits import KernelLimits
-from recursa.kernel.orphans import stop_orphans
+from recursa.kernel.orphans import connection_name, stop_orphans
 from recursa.kernel.sandbox import NO_SANDBOX, SandboxPolicy, check_sandbox
 from recursa.models.faux import code, register_script, reply
 from recursa.testing import make_runtime
@@ -292,10 +293,18 @@ async def test_a_runtime_directory_too_long_for_nested_sockets_still_forks(
             out = await kernel.execute("print(6 * 7)", timeout=30)
             assert out.text().strip() == "42"
             sockets = Path(json.loads(kernel.connection_file.read_text())["ip"])
-            assert not sockets.is_relative_to(short)  # in the short directory
+            # In the private temporary directory, not beside the connection files.
+            assert not sockets.is_relative_to(short)
     finally:
         await servers.aclose()
         shutil.rmtree(short)
+
+
+def test_the_room_kept_for_a_kernel_name_fits_every_name() -> None:
+    # A pid has at most 7 digits (pid_max is at most 2**22); the rest is fixed.
+    name = connection_name()
+    assert re.fullmatch(r"kernel-\d{1,7}-[0-9a-f]{12}", name)
+    assert KERNEL_NAME_BYTES == len("kernel-") + 7 + len("-") + 12 >= len(name)
 
 
 def test_kernels_with_resource_limits_are_never_forked(home: Path) -> None:

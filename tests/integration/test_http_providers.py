@@ -16,11 +16,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Literal
 
+import httpx2
 import pytest
 
 from recursa.config import Config, ProviderConfig
 from recursa.errors import FailureKind, ModelUnavailable
 from recursa.models import _errors, _sdk
+from recursa.models._http import LeanTransport
 from recursa.models.anthropic import AnthropicProvider
 from recursa.models.openai import OFFICIAL_DIALECT, OpenAIProvider
 from recursa.models.registry import Providers
@@ -65,16 +67,21 @@ Make = Callable[..., Provider]
 
 @pytest.fixture(params=["lean", "httpx"])
 async def make(
-    server: FakeModelServer, tmp_path: Path, request: pytest.FixtureRequest
+    server: FakeModelServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Make]:
     """Build a provider of either kind pointed at the fake server; closed
     afterwards. Each test runs on both transports under the SDK's client:
     recursa's lean one (a plain-HTTP local server's) and httpx's own (what
     any other URL gets)."""
     built: list[Provider] = []
-    monkeypatch = pytest.MonkeyPatch()
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     if request.param == "httpx":
         monkeypatch.setattr(_sdk, "lean_transport_for", lambda base_url: None)
+    transport = LeanTransport if request.param == "lean" else httpx2.AsyncHTTPTransport
 
     def build(
         vendor: Vendor, *, key: str | None = KEY, timeout: float = 5.0, **extra: object
@@ -87,13 +94,14 @@ async def make(
             if vendor == "openai"
             else AnthropicProvider(table, config)
         )
+        # The SDK client's httpx client, and the transport this case is about.
+        assert type(provider._client._client._transport) is transport  # type: ignore[attr-defined]
         built.append(provider)
         return provider
 
     yield build
     for provider in built:
         await provider.aclose()
-    monkeypatch.undo()
 
 
 def request(

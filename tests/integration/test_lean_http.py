@@ -601,8 +601,10 @@ def test_the_lean_transport_is_for_plain_http_that_no_proxy_covers(
     assert lean_transport_for(None) is None
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert lean_transport_for("http://models.example:8080/v1") is None
-    monkeypatch.setenv("NO_PROXY", "models.example")
+    monkeypatch.setenv("NO_PROXY", "other.example, models.example")
     assert isinstance(lean_transport_for("http://models.example:8080/v1"), LeanTransport)
+    monkeypatch.setenv("NO_PROXY", ".example")  # a domain: left to httpx's own matching
+    assert lean_transport_for("http://models.example:8080/v1") is None
 
 
 def _closed_port() -> int:

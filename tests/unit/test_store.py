@@ -613,7 +613,7 @@ def test_the_feed_and_the_tail_read_past_undecodable_rows(store: Store, db_path:
     assert store.last_seq() == last.seq
 
 
-def test_last_answer_is_the_latest_turn_that_ended_with_one(store: Store) -> None:
+def test_last_answer_is_the_latest_turn_that_ended_with_one(store: Store, db_path: Path) -> None:
     sid = store.create_session(model="faux/m", cwd="/w", workspace="/w").id
     other = store.create_session(model="faux/m", cwd="/w", workspace="/w").id
     assert store.last_answer(sid) is None
@@ -622,4 +622,12 @@ def test_last_answer_is_the_latest_turn_that_ended_with_one(store: Store) -> Non
     store.append(sid, TurnEnded(turn=2, reason="answered", answer='second, "quoted"\n'))
     store.append(sid, TurnEnded(turn=3, reason="interrupted"))  # no answer: the one before stays
     store.append(sid, UserInput(text="more"))
+    conn = _raw(db_path)
+    try:  # a garbled row of the same type is passed over
+        conn.execute(
+            "INSERT INTO events (session_id, ts, type, data) VALUES (?, 0, 'turn_ended', '{no')",
+            (sid,),
+        )
+    finally:
+        conn.close()
     assert store.last_answer(sid) == 'second, "quoted"\n'

@@ -191,6 +191,7 @@ __all__ = [
     "EXTENSION",
     "IPC_NAME",
     "KERNEL_FLAGS",
+    "KERNEL_NAME_BYTES",
     "MAX_IPC_PATH_BYTES",
     "OUTPUT_CHUNK_CHARS",
     "USE_COMM",
@@ -199,4 +200,5 @@ __all__ = [
     "kernel_dir",
     "kernel_dir_of",
     "make_manager",
+    "zygote_dir",
 ]

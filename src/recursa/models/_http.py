@@ -29,8 +29,10 @@ client then keeps httpx's own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import select
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import cast
@@ -49,7 +51,9 @@ MAX_LINE_BYTES = 4096
 READ_BYTES = 65_536
 """The most read from the socket at once."""
 MAX_IDLE = 100
-"""Idle connections kept per server (the SDKs' own keep-alive limit)."""
+"""Idle connections kept per server (httpx keeps 100 in all). Connections in
+use have no cap here (httpx's 1000, which a transport of one's own does not
+get): a daemon makes one per model call running at once."""
 KEEP_IDLE_SECONDS = 5.0
 """How long an idle connection is kept (httpx's own keep-alive expiry)."""
 
@@ -232,10 +236,11 @@ class LeanTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self._closed = True
-        for idle in self._idle.values():
-            for connection in idle:
-                connection.close()
+        closing = [connection for idle in self._idle.values() for connection in idle]
         self._idle.clear()
+        for connection in closing:
+            connection.close()
+        await asyncio.gather(*(c.writer.wait_closed() for c in closing), return_exceptions=True)
         if self._other is not None:
             await self._other.aclose()
 
@@ -359,6 +364,10 @@ async def _connect(
         ) from exc
     except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA refuses
         raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+    sock = writer.get_extra_info("socket")
+    if sock is not None:  # as the SDKs' own clients set it: a dead peer is found
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     return _Connection(reader, writer)
 
 
@@ -508,3 +517,6 @@ def lean_transport_for(base_url: str | None) -> LeanTransport | None:
     if http_proxied(parts.hostname):
         return None
     return LeanTransport()
+
+
+__all__ = ["KEEP_IDLE_SECONDS", "MAX_HEAD_BYTES", "LeanTransport", "lean_transport_for"]

@@ -12,7 +12,9 @@ The SDKs are the transport, not the parser. A request body is built as a
 plain dict and sent with the client's ``post(..., cast_to=httpx2.Response,
 stream=True)``: auth, base URL, headers, timeouts and the status errors
 (``APIStatusError`` and its kin, raised before any byte of the body is read)
-stay the SDK's. The body of the response is read as raw bytes, decoded by
+stay the SDK's. Under the SDK's HTTP client, a plain-HTTP base URL that no
+proxy covers (a local server) gets :class:`recursa.models._http.LeanTransport`
+instead of httpx's own transport. The body of the response is read as raw bytes, decoded by
 :mod:`recursa.models._sse`, and turned into :data:`StreamEvent` values by a
 vendor's :class:`StreamReader` straight from ``json.loads`` output, without
 the SDKs' per-chunk pydantic objects.
@@ -96,6 +98,9 @@ class SDKProvider(Generic[C]):
         vendor's own endpoint) raises :class:`ModelUnavailable` naming the
         variable to set, with ``key_hint`` appended; any other sends
         ``placeholder_key`` (local servers need none, the SDKs insist on one).
+        ``http_client`` is the SDK's class of HTTP client (its defaults for
+        limits, timeout and redirects), built over the lean transport where
+        :func:`~recursa.models._http.lean_transport_for` gives one.
         The SDK's own retries are off: retries belong to
         :func:`recursa.models.retry.with_retries`, which branches on failure kinds."""
         key = table.api_key

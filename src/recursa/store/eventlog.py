@@ -42,7 +42,8 @@ _INSERT_USAGE = (
 )
 _LAST_ANSWER = """
     SELECT json_extract(data, '$.answer') FROM events
-    WHERE session_id = ? AND type = 'turn_ended' AND json_extract(data, '$.answer') IS NOT NULL
+    WHERE session_id = ? AND type = 'turn_ended' AND json_valid(data)
+      AND json_extract(data, '$.answer') IS NOT NULL
     ORDER BY seq DESC LIMIT 1
 """
 
@@ -247,7 +248,8 @@ class EventLog(StoreConnection):
 
     def last_answer(self, session_id: str) -> str | None:
         """The answer of the session's latest turn that ended with one (what
-        a loaded session keeps as ``last_answer``), or None."""
+        a loaded session keeps as ``last_answer``), or None. A row that is
+        not JSON is passed over, as every read of the log passes it over."""
         with translated(self._where):
             row = self._db().execute(_LAST_ANSWER, (session_id,)).fetchone()
         return None if row is None or not isinstance(row[0], str) else row[0]
