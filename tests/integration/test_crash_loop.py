@@ -303,15 +303,33 @@ class CrashLoop:
                 await self.kill_round()
             self.stopping = True
             self.board.changed()
+            await self.settle()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Until every session is caught up and idle, as its follower saw it and
+        as the daemon says now: a job whose send a kill cut short (unacked)
+        may still be stored, and a restarted daemon delivers it after the
+        follower saw the session idle."""
+        while True:
             await self.board.until(
                 lambda: all(t.caught_up() and t.status == "idle" for t in self.sessions),
                 SETTLE_TIMEOUT,
                 lambda: "every session to settle: " + self.describe(),
             )
-        finally:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            seen = sum(t.records for t in self.sessions)
+            infos = await self.client.sessions([t.id for t in self.sessions])
+            if all(i.status == "idle" and i.pending == 0 for i in infos):
+                return
+            # A turn is running or a message waits: its records will come.
+            await self.board.until(
+                lambda floor=seen: sum(t.records for t in self.sessions) > floor,
+                SETTLE_TIMEOUT,
+                lambda: "the records of a late turn: " + self.describe(),
+            )
 
     async def kill_round(self) -> None:
         tracked = self.rng.choice(self.sessions)
