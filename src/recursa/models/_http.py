@@ -21,9 +21,12 @@ connection and timeout errors).
 
 Only ``http://`` goes this way; any other scheme (a redirect to ``https``)
 goes to httpx's own transport (without the environment's proxies: httpx
-reads them only for a client it builds the transport of). :func:`lean_transport_for` gives no transport
-where a proxy applies to the base URL or it is not plain HTTP, and the SDK's
-client then keeps httpx's own.
+reads them only for a client it builds the transport of).
+:func:`lean_transport_for` gives no transport where a proxy applies to the
+base URL or it is not plain HTTP, and the SDK's client then keeps httpx's own.
+
+What a head says (its status, headers and the body's framing) is read by
+:mod:`recursa.models._http_head`.
 """
 
 from __future__ import annotations
@@ -41,13 +44,19 @@ from urllib.parse import urlsplit
 import httpx2
 
 from recursa.environ import http_proxied
+from recursa.models._http_head import (
+    HEAD_END,
+    LINE_END,
+    MAX_HEAD_BYTES,
+    MAX_LINE_BYTES,
+    chunk_size,
+    framing,
+    headers_of,
+    status_of,
+)
 
-MAX_HEAD_BYTES = 102_400
-"""The longest status line and headers a response may have (httpcore's limit for h11)."""
 MAX_INFORMATIONAL = 16
 """The most informational (1xx) responses taken before a response."""
-MAX_LINE_BYTES = 4096
-"""The longest line of the chunked framing (a chunk's size and extensions, a trailer)."""
 READ_BYTES = 65_536
 """The most read from the socket at once."""
 MAX_IDLE = 100
@@ -56,12 +65,6 @@ use have no cap here (httpx's 1000, which a transport of one's own does not
 get): a daemon makes one per model call running at once."""
 KEEP_IDLE_SECONDS = 5.0
 """How long an idle connection is kept (httpx's own keep-alive expiry)."""
-
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
-_LINE_END = re.compile(rb"\r?\n")
-"""Lines end in CRLF, or in a bare LF (which RFC 9112 lets a recipient take, as h11 does)."""
-
-_NO_BODY_STATUS = frozenset({204, 304})
 
 
 class _Connection:
@@ -184,7 +187,7 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             version, status, reason, headers = await _read_head(
                 connection, timeouts.get("read"), request
             )
-            length, chunked, keep = _framing(request, status, headers)
+            length, chunked, keep = framing(request, status, headers)
             keep = keep and version == b"HTTP/1.1"
         except httpx2.HTTPError:
             connection.close()
@@ -277,7 +280,7 @@ class _Body(httpx2.AsyncByteStream):
         try:
             if self._chunked:
                 while True:
-                    size = _chunk_size(await _line(connection, seconds, request), request)
+                    size = chunk_size(await _line(connection, seconds, request), request)
                     if size == 0:
                         trailers = 0
                         while line := await _line(connection, seconds, request, MAX_HEAD_BYTES):
@@ -319,37 +322,6 @@ class _Body(httpx2.AsyncByteStream):
         if self._connection is not None:
             self._connection.close()  # not read to its end: not reusable
             self._connection = None
-
-
-def _framing(
-    request: httpx2.Request, status: int, headers: list[tuple[bytes, bytes]]
-) -> tuple[int | None, bool, bool]:
-    """How the body is framed (RFC 9112 §6.3): its length (None: chunked, or
-    to the connection's end), whether chunked, whether the connection is kept."""
-    keep, chunked = True, False
-    lengths: set[bytes] = set()
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == b"connection":
-            keep = keep and b"close" not in {t.strip() for t in value.lower().split(b",")}
-        elif lowered == b"transfer-encoding":
-            if chunked:
-                raise httpx2.RemoteProtocolError(
-                    "more than one transfer-encoding header", request=request
-                )
-            if value.lower() != b"chunked":  # as h11: no other coding
-                raise httpx2.RemoteProtocolError(
-                    f"an unsupported transfer-encoding: {value[:40]!r}", request=request
-                )
-            chunked = True
-        elif lowered == b"content-length":
-            lengths.update(v.strip(b" \t") for v in value.split(b","))
-    length = _length(lengths, request) if lengths else None
-    if request.method == "HEAD" or status in _NO_BODY_STATUS:
-        return 0, False, keep
-    if chunked:
-        return None, True, keep  # chunked wins over a length
-    return length, False, keep and length is not None
 
 
 async def _connect(
@@ -411,46 +383,19 @@ async def _read_head(
     :data:`MAX_HEAD_BYTES`, as h11 limits each)."""
     for _ in range(MAX_INFORMATIONAL + 1):
         head = await connection.until(
-            _HEAD_END, MAX_HEAD_BYTES, "the response's head", seconds, request
+            HEAD_END, MAX_HEAD_BYTES, "the response's head", seconds, request
         )
         if head is None:
             raise httpx2.RemoteProtocolError(
                 "Server disconnected without sending a response", request=request
             )
-        status_line, *lines = _LINE_END.split(head)
-        version, _, rest = status_line.partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
-            raise httpx2.RemoteProtocolError(
-                f"not an HTTP/1 status line: {status_line[:80]!r}", request=request
-            )
-        status = int(code)
+        version, status, reason, lines = status_of(head, request)
         if 100 <= status < 200 and status != 101:
             continue  # 100 Continue and kin: the response follows
-        return version, status, reason, _headers(lines, request)
+        return version, status, reason, headers_of(lines, request)
     raise httpx2.RemoteProtocolError(
         f"over {MAX_INFORMATIONAL} informational responses before the response", request=request
     )
-
-
-def _headers(lines: list[bytes], request: httpx2.Request) -> list[tuple[bytes, bytes]]:
-    """The header lines as (name, value); a line that starts with a space or
-    tab continues the one before (obs-fold, joined with a space as RFC 9112
-    §5.2 says a recipient may, and h11 does)."""
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines:
-        if line[:1] in (b" ", b"\t") and headers:
-            name, value = headers[-1]
-            joined = b"%b %b" % (value, line.strip(b" \t"))
-            headers[-1] = (name, joined.strip(b" \t"))
-            continue
-        name, colon, value = line.partition(b":")
-        if not colon or not name or any(c in name for c in b" \t"):
-            raise httpx2.RemoteProtocolError(
-                f"a malformed header line: {line[:80]!r}", request=request
-            )
-        headers.append((name, value.strip(b" \t")))
-    return headers
 
 
 async def _line(
@@ -460,7 +405,7 @@ async def _line(
     most: int = MAX_LINE_BYTES,
 ) -> bytes:
     """A line of the chunked framing (up to ``most`` bytes), without its line end."""
-    line = await connection.until(_LINE_END, most, "a chunk's line", seconds, request)
+    line = await connection.until(LINE_END, most, "a chunk's line", seconds, request)
     if line is None:
         raise httpx2.RemoteProtocolError("the body was cut short", request=request)
     return line
@@ -474,35 +419,6 @@ async def _part(
     if not data:
         raise httpx2.RemoteProtocolError("the body was cut short", request=request)
     return data
-
-
-def _chunk_size(line: bytes, request: httpx2.Request) -> int:
-    digits = line.split(b";", 1)[0].strip(b" \t")
-    try:
-        if (
-            not digits
-            or len(digits) > 16
-            or not all(c in b"0123456789abcdefABCDEF" for c in digits)
-        ):
-            raise ValueError
-        return int(digits, 16)
-    except ValueError:
-        raise httpx2.RemoteProtocolError(
-            f"a malformed chunk size: {line[:40]!r}", request=request
-        ) from None
-
-
-def _length(values: set[bytes], request: httpx2.Request) -> int:
-    """The body's length from every value of every content-length header,
-    which must agree (RFC 9110 §8.6)."""
-    if len(values) != 1:
-        raise httpx2.RemoteProtocolError("conflicting content-length headers", request=request)
-    (only,) = values
-    if not only.isdigit() or len(only) > 19:  # past 19 digits: no body is that long
-        raise httpx2.RemoteProtocolError(
-            f"a malformed content-length: {only[:40]!r}", request=request
-        )
-    return int(only)
 
 
 def lean_transport_for(base_url: str | None) -> LeanTransport | None:
