@@ -10,6 +10,9 @@ attack cuts short, and needs no parsing of model requests.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -146,6 +149,26 @@ def wait_idle(env: Mapping[str, str], cwd: Path, session: str, *, check: bool = 
     """Block (on the event stream, not a sleep) until the session is idle."""
     done = recursa(["attach", session, "--until-idle", "--after", "0"], env, cwd, timeout=120)
     assert done.returncode == 0 or not check, done.stderr
+
+
+def wait_kernel_ready(env: Mapping[str, str], cwd: Path, session: str) -> None:
+    """Block (on the event stream, not a sleep) until the session's kernel has
+    said it is ready: a session starts its kernel in the background, and that
+    event may come after its first turn is over."""
+    argv = [sys.executable, "-m", "recursa", "attach", session, "--after", "0", "--json"]
+    with subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=subprocess.PIPE, text=True) as watch:
+        timer = threading.Timer(120, watch.kill)  # a bound, should the event never come
+        timer.start()
+        try:
+            assert watch.stdout is not None
+            for line in watch.stdout:
+                event = json.loads(line)
+                if event.get("type") == "kernel_status" and event.get("state") == "ready":
+                    return
+            raise AssertionError(f"{session}'s stream ended before its kernel was ready")
+        finally:
+            timer.cancel()
+            watch.kill()
 
 
 def events(env: Mapping[str, str], cwd: Path, session: str) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from attack_kit import (
     report,
     send,
     start,
+    wait_kernel_ready,
 )
 
 from daemon_kit import daemon_pid, recursa
@@ -108,6 +109,7 @@ def test_the_kernel_token_opens_none_of_the_peoples_routes(
     added = recursa(["schedule", "add", "--json", victim, "every 1h", "--", "ping"], env, tmp_path)
     assert added.returncode == 0, added.stderr
     job = json.loads(added.stdout)
+    wait_kernel_ready(env, tmp_path, victim)  # its last event of its own, before the snapshot
     victim_events = events(env, tmp_path, victim)
     reply_then(server, python(SKILL), answer="proposed")
     attacker = start(env, tmp_path, "learn a skill")
