@@ -61,20 +61,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from peak_memory import Peak, kernel_pid, role_of, tree_of
 
 MODEL = "openai/bench"
 
@@ -170,92 +168,6 @@ def cells(n: int, tool: str, first: int = 0) -> list[dict[str, object]]:
         for k in range(n)
     ]
     return [*steps, {"text": "done"}]
-
-
-class Peak:
-    """Samples the RSS and PSS of the processes ``pick`` returns (each with
-    its role), every 10 ms, and keeps every sample."""
-
-    def __init__(self, pick: Callable[[], list[tuple[str, psutil.Process]]]) -> None:
-        self._pick = pick
-        self._stop = threading.Event()
-        self.samples: list[list[tuple[str, int, int, int]]] = []
-        """Per sample: (role, pid, RSS, PSS) of each process."""
-        self.kernel: set[int] = set()
-        """The run's kernel: its process and any below it (an exec'd kernel's
-        pid is its sandbox's wrapper), set once the run has said which."""
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Peak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            sample = []
-            for role, process in self._pick():
-                try:
-                    info = process.memory_full_info()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                sample.append((role, process.pid, info.rss, getattr(info, "pss", info.rss)))
-            self.samples.append(sample)
-
-    @property
-    def rss(self) -> int:
-        return max((sum(p[2] for p in s) for s in self.samples), default=0)
-
-    @property
-    def pss(self) -> int:
-        return max((sum(p[3] for p in s) for s in self.samples), default=0)
-
-    @property
-    def session_rss(self) -> int:
-        """The peak summed RSS of the client, the daemon and the run's kernel."""
-        own = {"client", "daemon"}
-        return max(
-            (sum(p[2] for p in s if p[0] in own or p[1] in self.kernel) for s in self.samples),
-            default=0,
-        )
-
-    @property
-    def parts(self) -> dict[str, int]:
-        """RSS by role at the sample with the largest sum."""
-        if not self.samples:
-            return {}
-        largest = max(self.samples, key=lambda s: sum(p[2] for p in s))
-        parts: dict[str, int] = {}
-        for role, pid, rss, _ in largest:
-            role = "the run's kernel" if pid in self.kernel else role
-            parts[role] = parts.get(role, 0) + rss
-        return parts
-
-
-def role_of(process: psutil.Process) -> str:
-    """A process below recursa's daemon: its fork server, or other kernels
-    (the run's kernel is told apart later, by its pid) and their wrappers."""
-    try:
-        return "fork server" if "recursa.kernel.zygote" in process.cmdline() else "other kernels"
-    except psutil.Error:
-        return "other kernels"
-
-
-def kernel_pid(out: str) -> int | None:
-    """The run's kernel, from the line its transcript shows when it is ready."""
-    found = re.search(r"kernel ready: kernel pid (\d+)", out)
-    return int(found[1]) if found else None
-
-
-def tree_of(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 class Recursa:
