@@ -130,7 +130,7 @@ async def test_a_forked_kernel_runs_is_interrupted_restarted_and_killed(
         assert out.text() == "None\n"
         # And, like it, reads its shell channel on the main thread (recursa.api.kernelapp).
         out = await first.execute(ONE_SHELL_THREAD, timeout=30)
-        assert out.text() == "0 False NoSubshellsKernel\n", out
+        assert out.text() == "0 False HarnessKernel\n", out
         # Its command line names its connection file, as an exec'd kernel's does.
         assert str(first.connection_file) in psutil.Process(first.pid).cmdline()
 

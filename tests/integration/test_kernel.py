@@ -18,6 +18,7 @@ from jupyter_client import AsyncKernelClient
 from recursa.config import Config, load_config
 from recursa.errors import KernelError
 from recursa.kernel import CellOutput, Kernel, OutputPart
+from recursa.kernel.wire import make_session
 
 
 @pytest.fixture
@@ -179,6 +180,92 @@ async def test_requests_build_no_debug_records_and_inspect_once(kernel: Kernel) 
     assert told.parts == (OutputPart("stdout", "0\n"),)  # two requests, no inspection
 
 
+async def test_a_cell_is_transformed_and_compiled_for_await_once_per_request(
+    kernel: Kernel,
+) -> None:
+    # ipykernel's do_execute transforms the cell and asks whether it awaits
+    # (a compile), then IPython's run_cell does both again; the extension
+    # keeps the answers for the second time, within one request only.
+    counting = (
+        "import IPython.core.interactiveshell as _ish\n"
+        "_transforms, _compiles, _should = [], [], _ish._should_be_async\n"
+        "def _counted(cell):\n"
+        "    _compiles.append(cell)\n"
+        "    return _should(cell)\n"
+        "_ish._should_be_async = _counted\n"
+        "get_ipython().input_transformers_post.append(lambda lines: _transforms.append(1) or lines)"
+    )
+    assert (await kernel.execute(counting, timeout=10)).status == "ok"
+    assert (await kernel.execute("x = 1", timeout=10)).status == "ok"
+    # This cell is counted too, before it runs: two requests, once each.
+    out = await kernel.execute("print(len(_transforms), len(_compiles))", timeout=10)
+    assert out.parts == (OutputPart("stdout", "2 2\n"),), out
+    # A cell that awaits takes ipykernel's other path, and still runs.
+    out = await kernel.execute("import asyncio\nawait asyncio.sleep(0)\n7", timeout=10)
+    assert out.parts == (OutputPart("result", "7"),), out
+
+
+async def test_nothing_a_cell_does_sees_a_kept_transform(kernel: Kernel) -> None:
+    # `ls` is a magic until a variable of that name hides it: a transform
+    # depends on the namespace, so none is kept past the start of a cell.
+    inside = (
+        "ip = get_ipython()\n"
+        "before = ip.transform_cell('ls')\n"
+        "ls = 1\n"
+        "after = ip.transform_cell('ls')\n"
+        "print('magic' in before, 'magic' in after)"
+    )
+    out = await kernel.execute(inside, timeout=10)
+    assert out.parts == (OutputPart("stdout", "True False\n"),), out
+    # Nor across requests: the same text, once a magic and once a name.
+    assert (await kernel.execute("del ls", timeout=10)).status == "ok"
+    listing = await kernel.execute("ls -d /", timeout=10)
+    assert listing.status == "ok" and "/" in listing.text(), listing
+    assert (await kernel.execute("ls = 5", timeout=10)).status == "ok"
+    assert (await kernel.execute("ls", timeout=10)).parts == (OutputPart("result", "5"),)
+    # A transform that fails still fails, with its error.
+    bad = await kernel.execute("%%not_a_cell_magic\n1", timeout=10)
+    assert bad.status == "error" and "not_a_cell_magic" in bad.text(), bad
+
+
+async def test_messages_are_packed_with_orjson_on_both_ends(kernel: Kernel) -> None:
+    # jupyter_client's Session packs with orjson when it is installed (a
+    # dependency for that): in the kernel, and in the harness's session.
+    probe = "k = get_ipython().kernel\nprint(k.session.pack.__name__, k.session.unpack.__name__)"
+    out = await kernel.execute(probe, timeout=10)
+    assert out.parts == (OutputPart("stdout", "orjson_packer orjson_unpacker\n"),), out
+    session = make_session({"key": "k"})
+    assert (session.pack.__name__, session.unpack.__name__) == ("orjson_packer", "orjson_unpacker")
+
+
+async def test_a_request_publishes_idle_but_not_busy(kernel: Kernel) -> None:
+    # The harness waits for `idle` and never reads `busy`, so the kernel does
+    # not send it (recursa.api.kernelapp.HarnessKernel); a Jupyter client
+    # still finds the kernel ready and a request's output complete.
+    client = AsyncKernelClient()
+    client.load_connection_file(str(kernel.connection_file))
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=10)
+        msg_id = client.execute("print('seen')")
+        states: list[str] = []
+        texts: list[str] = []
+        while "idle" not in states:
+            msg = await client.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status":
+                states.append(msg["content"]["execution_state"])
+            elif msg["msg_type"] == "stream":
+                texts.append(msg["content"]["text"])
+        reply = await client.get_shell_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "ok"
+        assert states == ["idle"] and "".join(texts) == "seen\n", (states, texts)
+    finally:
+        client.stop_channels()
+
+
 ONE_SHELL_THREAD = (
     "import asyncio, threading\n"
     "k = get_ipython().kernel\n"
@@ -195,7 +282,7 @@ async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> N
     # subshells, never asked for; two thread handoffs a cell), and cells
     # that await still run.
     out = await kernel.execute(ONE_SHELL_THREAD, timeout=10)
-    assert out.parts == (OutputPart("stdout", "0 False NoSubshellsKernel\n"),), out
+    assert out.parts == (OutputPart("stdout", "0 False HarnessKernel\n"),), out
 
 
 async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel) -> None:

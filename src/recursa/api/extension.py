@@ -28,6 +28,7 @@ non-interactive backend through ``MPLBACKEND``, at no cost.)
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import signal
@@ -104,7 +105,10 @@ def lighten_requests(shell: Any) -> None:
       ``ipykernel.ipkernel`` imported; ``ipykernel.kernelbase`` calls it once,
       at start, before this runs); the answer is kept per method;
     - ``execute_input``, the broadcast of each cell's code to other frontends,
-      is not sent: the harness is the kernel's only client and has the code.
+      is not sent: the harness is the kernel's only client and has the code;
+    - a cell is transformed (IPython's input transformers) and checked for
+      top-level ``await`` (a compile) once per request, not twice: see
+      :func:`transform_once`.
 
     Skipped, piece by piece, where ipykernel's internals differ."""
     log = getattr(getattr(shell, "kernel", None), "log", None)
@@ -119,6 +123,76 @@ def lighten_requests(shell: Any) -> None:
     accepts = getattr(ipkernel, "_accepts_parameters", None)
     if ipkernel is not None and callable(accepts) and not hasattr(accepts, "recursa_cached"):
         ipkernel._accepts_parameters = _cached_answers(accepts)  # type: ignore[attr-defined]
+    transform_once(shell)
+
+
+def transform_once(shell: Any) -> None:
+    """Keep a cell's transform, and whether it must run as a coroutine, from
+    the first time a request asks to the second.
+
+    For a cell without top-level ``await``, ipykernel's ``do_execute``
+    transforms the cell and asks ``should_run_async`` (which compiles it),
+    then calls ``run_cell``, which does both again on the same text: about
+    0.06 ms of a trivial cell, and more the longer the cell. The answers are
+    kept only from the start of ``do_execute`` until the cell is about to run
+    (IPython's ``pre_execute`` event), for the same text: nothing a cell does
+    (a nested ``run_cell``, its own ``transform_cell``) ever sees a kept
+    answer. A transform that raises is not kept (the second call raises
+    again, as before). Skipped where ipykernel and IPython are shaped
+    otherwise."""
+    kernel: Any = getattr(shell, "kernel", None)
+    transform = getattr(shell, "transform_cell", None)
+    should_run_async = getattr(shell, "should_run_async", None)
+    do_execute = getattr(kernel, "do_execute", None)
+    events = getattr(shell, "events", None)
+    if not (
+        callable(transform)
+        and callable(should_run_async)
+        and inspect.iscoroutinefunction(do_execute)
+        and events is not None
+    ):
+        return
+    if getattr(do_execute, "recursa_once", False):
+        return
+    kept: dict[tuple[object, ...], Any] = {}
+    armed = [False]
+
+    def transform_cell(raw_cell: str) -> Any:
+        if not armed[0]:
+            return transform(raw_cell)
+        key = ("transform", raw_cell)
+        if key in kept:
+            return kept.pop(key)
+        kept[key] = transformed = transform(raw_cell)
+        return transformed
+
+    def should_run_async_once(raw_cell: str, **kwargs: Any) -> Any:
+        if not armed[0]:
+            return should_run_async(raw_cell, **kwargs)
+        failed = kwargs.get("preprocessing_exc_tuple") is not None
+        key = ("async", raw_cell, kwargs.get("transformed_cell"), failed)
+        if key in kept:
+            return kept.pop(key)
+        kept[key] = answer = should_run_async(raw_cell, **kwargs)
+        return answer
+
+    def disarm(*args: object) -> None:
+        armed[0] = False
+        kept.clear()
+
+    async def do_execute_once(*args: Any, **kwargs: Any) -> Any:
+        kept.clear()
+        armed[0] = True
+        try:
+            return await do_execute(*args, **kwargs)
+        finally:
+            disarm()
+
+    do_execute_once.recursa_once = True  # type: ignore[attr-defined]
+    shell.transform_cell = transform_cell
+    shell.should_run_async = should_run_async_once
+    events.register("pre_execute", disarm)
+    kernel.do_execute = do_execute_once
 
 
 def _no_broadcast(*args: object, **kwargs: object) -> None:
@@ -172,5 +246,6 @@ __all__ = [
     "RecursaKernel",
     "lighten_requests",
     "load_ipython_extension",
+    "transform_once",
     "wake_loop_on_signals",
 ]
