@@ -229,22 +229,29 @@ async def test_one_empty_reply_then_recovery() -> None:
     assert (end.reason, end.answer) == ("answered", "fine")
 
 
-async def test_retryable_failures_are_retried_and_reported() -> None:
+async def test_retryable_failures_are_retried_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     h = Harness()
     end = await h.turn("flaky", [fault("rate_limit", partial="half a rep"), reply("recovered")])
     assert end.answer == "recovered"
     retries = h.of(ModelRetry)
     assert len(retries) == 1
     assert retries[0].kind == "rate_limit"
+    # And logged, one line (the daemon's log has no line per request).
+    warned = [r.getMessage() for r in caplog.records if r.name == "recursa.session.gateway"]
+    assert len(warned) == 1 and "rate_limit" in warned[0] and "retry 1" in warned[0], warned
     # The partial text streamed before the failure is not part of the stored reply.
     assert [r.text for r in h.of(AssistantReply)] == ["recovered"]
 
 
-async def test_a_final_provider_failure_ends_the_turn() -> None:
+async def test_a_final_provider_failure_ends_the_turn(caplog: pytest.LogCaptureFixture) -> None:
     h = Harness()
     end = await h.turn("auth", [fault("auth", "bad key")])
     assert end.reason == "provider_error"
     assert end.detail.startswith("auth:")
+    warned = [r.getMessage() for r in caplog.records if r.name == "recursa.session.gateway"]
+    assert len(warned) == 1 and "failed: auth 'faux: bad key'" in warned[0], warned
 
 
 async def test_steering_messages_join_before_the_next_call() -> None:

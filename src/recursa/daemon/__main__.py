@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request at INFO: a line and a write per model call (about
+    # 0.05 ms of a step), for what the store already records. Retries and
+    # failures are logged by recursa.session.gateway, as warnings.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     redact_logs()  # URL credentials never reach daemon.log, whoever logs them
     if not hardened:
         logger.warning("could not make the daemon non-dumpable: same-user processes can read it")

@@ -21,6 +21,7 @@ between calls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -35,6 +36,8 @@ from recursa.protocol.calls import CallEnded, CallEvent, Refused
 from recursa.protocol.events import Event, ModelRetry, ModelUsage, TextDelta
 
 NO_RESULT = "the model stream ended without a result"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,14 @@ class Gateway:
                         case ModelTextDelta(text=text):
                             yield TextDelta(text=text, step=step)
                         case Retrying(kind=kind, message=message, attempt=attempt, delay=delay):
+                            logger.warning(
+                                "model call to %s: %s %r; retry %d in %.1f s",
+                                deps.model_ref,
+                                kind,
+                                message,
+                                attempt,
+                                delay,
+                            )
                             yield ModelRetry(
                                 kind=kind, message=message, attempt=attempt, delay=delay
                             )
@@ -113,6 +124,9 @@ class Gateway:
         if outcome is None:
             outcome = Failed("malformed", NO_RESULT)
         if isinstance(outcome, Failed):
+            logger.warning(
+                "model call to %s failed: %s %r", deps.model_ref, outcome.kind, outcome.message
+            )
             yield CallEnded(outcome)
             return
         yield CallEnded(outcome, self._usage(outcome.usage, deps.clock() - began, step))
