@@ -273,6 +273,54 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used(
     assert server.connections == 3
 
 
+@pytest.mark.parametrize("pieces", [(b"one ", b"two"), ()])
+async def test_a_streamed_body_read_before_sending_is_still_sent_chunked(
+    serve: Callable[[Reply], Awaitable[Server]], pieces: tuple[bytes, ...]
+) -> None:
+    # httpx keeps the chunked header of a body read whole; it goes in one write.
+    server = await serve(canned(REPLIES["content-length"]))
+
+    async def parts() -> AsyncIterator[bytes]:
+        for part in pieces:
+            yield part
+
+    async with lean() as client:
+        request = client.build_request("POST", server.url, content=parts())
+        await request.aread()
+        assert (await client.send(request)).content == b"hello"
+    head, body = server.requests[0]
+    assert b"\r\nTransfer-Encoding: chunked" in head and body == b"".join(pieces)
+
+
+async def test_a_body_past_the_socket_buffers_is_sent_whole_or_times_out(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    big = bytes(range(256)) * (32 * 1024)  # 8 MiB: the write waits for the reader
+    server = await serve(canned(REPLIES["content-length"]))
+    async with lean() as client:
+        assert (await client.post(server.url, content=big)).content == b"hello"
+    assert server.requests[0][1] == big
+    # A server that takes the connection and reads nothing: the write times out.
+    stop = asyncio.Event()
+
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await stop.wait()
+        writer.close()
+
+    listener = await asyncio.start_server(deaf, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        async with httpx2.AsyncClient(
+            transport=LeanTransport(), timeout=httpx2.Timeout(5, write=0.2)
+        ) as client:
+            with pytest.raises(httpx2.WriteTimeout):
+                await client.post(f"http://127.0.0.1:{port}/", content=big * 4)
+    finally:
+        stop.set()
+        listener.close()
+        await listener.wait_closed()
+
+
 async def test_a_repeated_content_length_that_agrees_is_one_length(
     serve: Callable[[Reply], Awaitable[Server]],
 ) -> None:

@@ -355,19 +355,34 @@ async def _send(connection: _Connection, request: httpx2.Request, seconds: float
             chunked = True
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"\r\n")
+    try:
+        body: bytes | None = request.content  # a body httpx holds whole: the SDKs' JSON
+    except httpx2.RequestNotRead:
+        body = None  # streamed: sent as it comes
     writer = connection.writer
     try:
-        async with asyncio.timeout(seconds):
-            writer.write(b"".join(parts))
-            async for chunk in request.stream:  # type: ignore[union-attr]
-                if not chunk:
-                    continue
-                if chunked:
-                    writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                else:
-                    writer.write(chunk)
+        if body is not None:
+            # The head and the body in one write, so in one segment when they
+            # fit: a server reads the request in one receive, not two.
             if chunked:
-                writer.write(b"0\r\n\r\n")
+                parts += (b"%x\r\n%b\r\n" % (len(body), body) if body else b"", b"0\r\n\r\n")
+            else:
+                parts.append(body)
+            writer.write(b"".join(parts))
+            if not writer.transport.get_write_buffer_size():
+                return  # all of it is with the kernel already: nothing to wait for
+        async with asyncio.timeout(seconds):
+            if body is None:
+                writer.write(b"".join(parts))
+                async for chunk in request.stream:  # type: ignore[union-attr]
+                    if not chunk:
+                        continue
+                    if chunked:
+                        writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                    else:
+                        writer.write(chunk)
+                if chunked:
+                    writer.write(b"0\r\n\r\n")
             await writer.drain()
     except TimeoutError as exc:
         raise httpx2.WriteTimeout(f"sending timed out after {seconds} s", request=request) from exc
