@@ -128,9 +128,10 @@ async def test_a_forked_kernel_runs_is_interrupted_restarted_and_killed(
         # Like an exec'd kernel (recursa.api.launcher), it runs without debugpy.
         out = await first.execute("import sys; print(sys.modules.get('debugpy', 0))", timeout=30)
         assert out.text() == "None\n"
-        # And, like it, reads its shell channel on the main thread (recursa.api.kernelapp).
+        # And, like it, reads its shell channel on the main thread, replying at once
+        # (recursa.api.kernelapp).
         out = await first.execute(ONE_SHELL_THREAD, timeout=30)
-        assert out.text() == "0 False HarnessKernel\n", out
+        assert out.text() == "0 False HarnessKernel DirectStream\n", out
         # Its command line names its connection file, as an exec'd kernel's does.
         assert str(first.connection_file) in psutil.Process(first.pid).cmdline()
 

@@ -271,10 +271,11 @@ ONE_SHELL_THREAD = (
     "k = get_ipython().kernel\n"
     "await asyncio.sleep(0)\n"
     "print([t.name for t in threading.enumerate()].count('Shell channel'),"
-    " k._supports_kernel_subshells, type(k).__name__)"
+    " k._supports_kernel_subshells, type(k).__name__, type(k.shell_stream).__name__)"
 )
 """A cell that awaits (ipykernel reads the shell channel thread's stand-in
-there), then tells whether that thread runs and whether subshells are offered."""
+there), then tells whether that thread runs, whether subshells are offered,
+and the classes of the kernel and of its shell stream."""
 
 
 async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> None:
@@ -282,7 +283,7 @@ async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> N
     # subshells, never asked for; two thread handoffs a cell), and cells
     # that await still run.
     out = await kernel.execute(ONE_SHELL_THREAD, timeout=10)
-    assert out.parts == (OutputPart("stdout", "0 False HarnessKernel\n"),), out
+    assert out.parts == (OutputPart("stdout", "0 False HarnessKernel DirectStream\n"),), out
 
 
 async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel) -> None:
