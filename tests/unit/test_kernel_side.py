@@ -306,6 +306,20 @@ def test_the_extension_reads_its_settings_from_the_kernels_command_line() -> Non
     assert settings.iopub_send_queue == IOPUB_QUEUE_MESSAGES
 
 
+def test_only_the_kernels_the_harness_launches_leave_out_the_busy_status() -> None:
+    from ipykernel.kernelapp import IPKernelApp
+
+    from recursa.api.kernelapp import HarnessKernel
+    from recursa.kernel.launch import KERNEL_FLAGS
+
+    # On by default (a Jupyter server reads busy); off on the harness's command line.
+    trait = HarnessKernel.class_traits()["publish_busy"]
+    assert trait.default_value is True
+    app = IPKernelApp()
+    app.parse_command_line(list(KERNEL_FLAGS))
+    assert app.config.HarnessKernel.publish_busy.get_value(trait) is False
+
+
 def test_the_api_transport_is_a_setting_of_the_extension() -> None:
     from ipykernel.kernelapp import IPKernelApp
     from traitlets import TraitError

@@ -37,7 +37,7 @@ import zmq
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from tornado.log import gen_log
-from traitlets import Type
+from traitlets import Bool, Type
 from zmq.eventloop.zmqstream import ZMQStream
 
 
@@ -47,17 +47,22 @@ class HarnessKernel(IPythonKernel):
     - It says it has no subshells: ``kernel_info`` does not offer them, and a
       request to create, delete or list one is answered with an error
       (ipykernel only logs it, and its client would wait forever).
-    - It publishes ``idle`` after each request but not ``busy`` before it. The
-      harness, the only client of its kernels, waits for ``idle`` (all of a
-      request's output is out) and never reads ``busy``, which cost a message
-      through the iopub thread per request: about 0.1 ms of the kernel's CPU
-      and 0.2 ms of a cell's round trip (``benchmarks/kernel_roundtrip.py``).
-      Kernels behind a Jupyter gateway, whose server tracks ``busy``, are not
-      run by this class.
+    - With ``publish_busy`` off, it publishes ``idle`` after each request but
+      not ``busy`` before it. The harness, the only client of the kernels it
+      launches (which turn it off: ``recursa.kernel.launch.KERNEL_FLAGS``),
+      waits for ``idle`` (all of a request's output is out) and never reads
+      ``busy``, which cost a message through the iopub thread per request:
+      about 0.1 ms of the kernel's CPU and 0.2 ms of a cell's round trip
+      (``benchmarks/kernel_roundtrip.py``). Anywhere else (a Jupyter server
+      tracks ``busy`` to tell a running kernel from an idle one) it is on.
     """
 
+    publish_busy = Bool(
+        True, help="Publish the busy status before each request (the idle after it always)."
+    ).tag(config=True)
+
     def _publish_status(self, status: str, channel: str, parent: Any = None) -> None:
-        if status != "busy":
+        if status != "busy" or self.publish_busy:
             super()._publish_status(status, channel, parent)  # type: ignore[no-untyped-call]
 
     @property

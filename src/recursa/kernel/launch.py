@@ -51,6 +51,9 @@ KERNEL_FLAGS: tuple[str, ...] = (
     # until ``status: idle`` on iopub, which follows all output, so the sleep
     # is pure latency.
     "--IPythonKernel._execute_sleep=0",
+    # No busy status before each request: this client waits for idle and never
+    # reads busy (recursa.api.kernelapp.HarnessKernel).
+    "--HarnessKernel.publish_busy=False",
 )
 
 EXTENSION = "recursa.api.extension"
