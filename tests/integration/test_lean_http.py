@@ -321,6 +321,56 @@ async def test_a_body_past_the_socket_buffers_is_sent_whole_or_times_out(
         await listener.wait_closed()
 
 
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def test_chunks_that_arrive_together_are_handed_on_as_one_piece(
+    serve: Callable[[Reply], Awaitable[Server]],
+) -> None:
+    server = await serve(canned(CHUNKED_HEAD + b"3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n"))
+    async with lean() as client, client.stream("GET", server.url) as response:
+        assert [piece async for piece in response.aiter_raw()] == [b"abcdef"]
+    # What came before a framing error is handed on before the error.
+    server = await serve(canned(CHUNKED_HEAD + b"3\r\nabc\r\nzz\r\nabc\r\n0\r\n\r\n"))
+    pieces: list[bytes] = []
+
+    async def read_all(response: httpx2.Response) -> None:
+        async for piece in response.aiter_raw():
+            pieces.append(piece)
+
+    async with lean() as client, client.stream("GET", server.url) as response:
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await read_all(response)
+    assert pieces == [b"abc"]
+
+
+async def test_a_chunk_is_handed_on_without_waiting_for_the_next() -> None:
+    # The server sends the second chunk only once the client has the first.
+    got_first = asyncio.Event()
+
+    async def one_then_another(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(CHUNKED_HEAD + b"3\r\nabc\r\n3\r")  # and part of the next line
+        await got_first.wait()
+        writer.write(b"\ndef\r\n0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(one_then_another, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    pieces: list[bytes] = []
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        async with asyncio.timeout(5), lean() as client, client.stream("GET", url) as response:
+            async for piece in response.aiter_raw():
+                pieces.append(piece)
+                got_first.set()
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    assert pieces == [b"abc", b"def"]
+
+
 async def test_a_repeated_content_length_that_agrees_is_one_length(
     serve: Callable[[Reply], Awaitable[Server]],
 ) -> None:

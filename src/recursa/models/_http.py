@@ -37,7 +37,7 @@ import re
 import select
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -150,6 +150,10 @@ class _Connection:
         taken = bytes(self.buffer[: found.start()])
         del self.buffer[: found.end()]
         return taken
+
+    def holds_line(self) -> bool:
+        """Whether the buffer holds a whole line (the next one reads no socket)."""
+        return LINE_END.search(self.buffer) is not None
 
     async def take(self, most: int, seconds: float | None, request: httpx2.Request) -> bytes:
         """Up to ``most`` bytes, as soon as any are there; b"" at the connection's end."""
@@ -279,24 +283,9 @@ class _Body(httpx2.AsyncByteStream):
         request, seconds = self._request, self._timeout
         try:
             if self._chunked:
-                while True:
-                    size = chunk_size(await _line(connection, seconds, request), request)
-                    if size == 0:
-                        trailers = 0
-                        while line := await _line(connection, seconds, request, MAX_HEAD_BYTES):
-                            trailers += len(line) + 2
-                            if trailers > MAX_HEAD_BYTES:
-                                raise httpx2.RemoteProtocolError(
-                                    f"the trailers are over {MAX_HEAD_BYTES} bytes",
-                                    request=request,
-                                )
-                        break
-                    while size:
-                        data = await _part(connection, size, seconds, request)
-                        size -= len(data)
-                        yield data
-                    if await _line(connection, seconds, request):
-                        raise httpx2.RemoteProtocolError("a chunk did not end", request=request)
+                async with contextlib.aclosing(_chunks(connection, seconds, request)) as pieces:
+                    async for piece in pieces:
+                        yield piece
             elif self._length is not None:
                 left = self._length
                 while left:
@@ -411,6 +400,53 @@ async def _read_head(
     raise httpx2.RemoteProtocolError(
         f"over {MAX_INFORMATIONAL} informational responses before the response", request=request
     )
+
+
+async def _chunks(
+    connection: _Connection, seconds: float | None, request: httpx2.Request
+) -> AsyncGenerator[bytes, None]:
+    """A chunked body's data, then its trailers read and passed over.
+
+    What several chunks already in the buffer hold is handed on as one piece
+    (each piece passes through httpx's layers and the SDK's); what is held
+    goes out before any wait for the socket, and before a framing error."""
+    held: list[bytes] = []
+
+    def hand_on() -> bytes:
+        piece = b"".join(held)
+        held.clear()
+        return piece
+
+    try:
+        while True:
+            if held and not connection.holds_line():
+                yield hand_on()
+            size = chunk_size(await _line(connection, seconds, request), request)
+            if size == 0:
+                break
+            while size:
+                if held and not connection.buffer:
+                    yield hand_on()
+                data = await _part(connection, size, seconds, request)
+                size -= len(data)
+                held.append(data)
+            if held and not connection.holds_line():
+                yield hand_on()
+            if await _line(connection, seconds, request):
+                raise httpx2.RemoteProtocolError("a chunk did not end", request=request)
+    except httpx2.HTTPError:
+        if held:
+            yield hand_on()  # what arrived before the fault, first
+        raise
+    if held:
+        yield hand_on()
+    trailers = 0
+    while line := await _line(connection, seconds, request, MAX_HEAD_BYTES):
+        trailers += len(line) + 2
+        if trailers > MAX_HEAD_BYTES:
+            raise httpx2.RemoteProtocolError(
+                f"the trailers are over {MAX_HEAD_BYTES} bytes", request=request
+            )
 
 
 async def _line(
