@@ -228,14 +228,17 @@ async def test_nothing_a_cell_does_sees_a_kept_transform(kernel: Kernel) -> None
     assert bad.status == "error" and "not_a_cell_magic" in bad.text(), bad
 
 
-async def test_messages_are_packed_with_orjson_on_both_ends(kernel: Kernel) -> None:
+async def test_messages_are_packed_with_orjson_and_read_exactly(kernel: Kernel) -> None:
     # jupyter_client's Session packs with orjson when it is installed (a
-    # dependency for that): in the kernel, and in the harness's session.
+    # dependency for that), in the kernel and in the harness; both read with
+    # the json module, which keeps big integers exact (orjson makes floats).
     probe = "k = get_ipython().kernel\nprint(k.session.pack.__name__, k.session.unpack.__name__)"
     out = await kernel.execute(probe, timeout=10)
-    assert out.parts == (OutputPart("stdout", "orjson_packer orjson_unpacker\n"),), out
+    assert out.parts == (OutputPart("stdout", "orjson_packer json_unpacker\n"),), out
     session = make_session({"key": "k"})
-    assert (session.pack.__name__, session.unpack.__name__) == ("orjson_packer", "orjson_unpacker")
+    assert (session.pack.__name__, session.unpack.__name__) == ("orjson_packer", "json_unpacker")
+    big = 123456789012345678901234567890
+    assert session.unpack(session.pack({"n": big, "x": 0.1})) == {"n": big, "x": 0.1}
 
 
 async def test_a_request_publishes_idle_but_not_busy(kernel: Kernel) -> None:
@@ -284,6 +287,36 @@ async def test_the_shell_channel_is_read_on_the_main_thread(kernel: Kernel) -> N
     # that await still run.
     out = await kernel.execute(ONE_SHELL_THREAD, timeout=10)
     assert out.parts == (OutputPart("stdout", "0 False HarnessKernel DirectStream\n"),), out
+
+
+async def test_a_reply_goes_straight_to_the_socket_with_interrupts_held_off(
+    kernel: Kernel,
+) -> None:
+    # recursa.api.kernelapp.DirectStream: the reply is sent while the request
+    # is handled (not from the queue ipykernel flushes after it), and SIGINT
+    # is ignored while its frames go out, so an interrupt cannot cut it in two.
+    spy = (
+        "import signal, traceback\n"
+        "_stream = get_ipython().kernel.shell_stream\n"
+        "_real, _sends = _stream.socket, []\n"
+        "class _Spy:\n"
+        "    def __getattr__(self, name):\n"
+        "        return getattr(_real, name)\n"
+        "    def send_multipart(self, *args, **kwargs):\n"
+        "        queued = any(f.name == '_handle_send' for f in traceback.extract_stack())\n"
+        "        _sends.append((signal.getsignal(signal.SIGINT) is signal.SIG_IGN, queued))\n"
+        "        return _real.send_multipart(*args, **kwargs)\n"
+        "_stream.socket = _Spy()"
+    )
+    assert (await kernel.execute(spy, timeout=10)).status == "ok"
+    assert (await kernel.execute("x = 1", timeout=10)).status == "ok"
+    told = await kernel.execute("_stream.socket = _real\nprint(_sends[:2])", timeout=10)
+    # The spy's own cell's reply, then the next one: both direct, both shielded.
+    assert told.parts == (OutputPart("stdout", "[(True, False), (True, False)]\n"),), told
+    # And an interrupt still stops a cell.
+    stopped = await kernel.execute("import time\ntime.sleep(30)", timeout=0.5)
+    assert stopped.status in ("timeout", "interrupted"), stopped
+    assert (await kernel.execute("print('after')", timeout=10)).text() == "after\n"
 
 
 async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel) -> None:

@@ -251,7 +251,18 @@ async def test_a_final_provider_failure_ends_the_turn(caplog: pytest.LogCaptureF
     assert end.reason == "provider_error"
     assert end.detail.startswith("auth:")
     warned = [r.getMessage() for r in caplog.records if r.name == "recursa.session.gateway"]
-    assert len(warned) == 1 and "failed: auth 'faux: bad key'" in warned[0], warned
+    assert len(warned) == 1 and "'faux/auth' failed: auth 'faux: bad key'" in warned[0], warned
+
+
+async def test_a_model_name_cannot_add_lines_to_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A kernel names models (llm(model=...)); the warning keeps it on one line.
+    h = Harness()
+    end = await h.turn("m\n2026-01-01 INFO forged: line", [fault("auth", "no")])
+    assert end.reason == "provider_error"
+    warned = [r.getMessage() for r in caplog.records if r.name == "recursa.session.gateway"]
+    assert len(warned) == 1 and "\n" not in warned[0] and "m\\n2026" in warned[0], warned
 
 
 async def test_steering_messages_join_before_the_next_call() -> None:

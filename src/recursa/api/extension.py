@@ -94,8 +94,7 @@ def load_ipython_extension(shell: Any) -> None:
 
 
 def lighten_requests(shell: Any) -> None:
-    """Take three costs off every request that buy nothing here (together
-    about a tenth of a trivial cell's CPU in the kernel):
+    """Take four costs off every request that buy nothing here:
 
     - traitlets leaves the kernel's logger at DEBUG and filters in its
       handlers, so each request builds a dozen log records nobody prints; the
@@ -134,12 +133,14 @@ def transform_once(shell: Any) -> None:
     transforms the cell and asks ``should_run_async`` (which compiles it),
     then calls ``run_cell``, which does both again on the same text: about
     0.06 ms of a trivial cell, and more the longer the cell. The answers are
-    kept only from the start of ``do_execute`` until the cell is about to run
-    (IPython's ``pre_execute`` event), for the same text: nothing a cell does
-    (a nested ``run_cell``, its own ``transform_cell``) ever sees a kept
-    answer. A transform that raises is not kept (the second call raises
-    again, as before). Skipped where ipykernel and IPython are shaped
-    otherwise."""
+    kept for the same text only from the start of ``do_execute`` until
+    ``run_cell`` has asked for both (or ipykernel found that the cell awaits,
+    and runs it without asking again); at the latest until the cell is about
+    to run (IPython's ``pre_execute`` event) or ``do_execute`` ends. No user
+    code runs in between, so nothing a cell or a hook does (a nested
+    ``run_cell``, its own ``transform_cell``) sees a kept answer. A transform
+    that raises is not kept (the second call raises again, as before).
+    Skipped where ipykernel and IPython are shaped otherwise."""
     kernel: Any = getattr(shell, "kernel", None)
     transform = getattr(shell, "transform_cell", None)
     should_run_async = getattr(shell, "should_run_async", None)
@@ -172,8 +173,14 @@ def transform_once(shell: Any) -> None:
         failed = kwargs.get("preprocessing_exc_tuple") is not None
         key = ("async", raw_cell, kwargs.get("transformed_cell"), failed)
         if key in kept:
-            return kept.pop(key)
-        kept[key] = answer = should_run_async(raw_cell, **kwargs)
+            answer = kept.pop(key)
+            disarm()  # run_cell has asked both: nothing else will
+            return answer
+        answer = should_run_async(raw_cell, **kwargs)
+        if answer:
+            disarm()  # ipykernel runs the cell itself, without asking again
+        else:
+            kept[key] = answer
         return answer
 
     def disarm(*args: object) -> None:

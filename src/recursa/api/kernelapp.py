@@ -20,8 +20,8 @@ names a subshell, which no client of recursa's sends, is not answered).
 Where this ipykernel is not shaped as expected, nothing is changed: the
 kernel runs as ipykernel made it.
 
-Its kernel class also publishes no ``busy`` status (:class:`HarnessKernel`),
-and its replies leave at once (:class:`DirectStream`).
+Its kernel class can leave out the ``busy`` status (:class:`HarnessKernel`;
+the harness's kernels do), and its replies leave at once (:class:`DirectStream`).
 
 Imported after :func:`recursa.api.launcher.without_debugger` (it imports
 ipykernel), and by the fork server's zygote (:mod:`recursa.kernel.zygote`).
@@ -29,6 +29,7 @@ ipykernel), and by the fork server's zygote (:mod:`recursa.kernel.zygote`).
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -111,7 +112,16 @@ class DirectStream(ZMQStream):
     Read on the main thread (:class:`NoShellChannelThread`), the stream is
     only ever written there, so a message with nothing queued before it and
     no send callback goes straight to the socket, and a failed send is
-    logged and dropped, as ``ZMQStream`` does. Anything else takes the queue.
+    logged and dropped, as ``ZMQStream`` does. Anything else takes the queue
+    (and once a message has, ``ZMQStream``'s own send callback stays set, so
+    the rest do too).
+
+    pyzmq sends a message a frame at a time, in Python. The reply is sent
+    while ipykernel still handles the request, when SIGINT raises
+    ``KeyboardInterrupt``: an interrupt between two frames would leave half a
+    message on the socket, which the next reply would be glued to. So SIGINT
+    is ignored while a message is sent, as it is when ipykernel flushes the
+    queue after a request.
     """
 
     def send_multipart(
@@ -123,13 +133,19 @@ class DirectStream(ZMQStream):
         callback: Any = None,
         **kwargs: Any,
     ) -> None:
-        if callback is None and self._send_callback is None and self._send_queue.empty():
-            try:
-                self.socket.send_multipart(msg, flags=flags, copy=copy, track=track, **kwargs)
-            except zmq.ZMQError as exc:
-                gen_log.error("SEND Error: %s", exc)
+        direct = callback is None and self._send_callback is None and self._send_queue.empty()
+        main = threading.current_thread() is threading.main_thread()
+        interrupt = signal.getsignal(signal.SIGINT) if main else None
+        if not direct or self.socket is None or interrupt is None:
+            super().send_multipart(msg, flags, copy, track, callback, **kwargs)
             return
-        super().send_multipart(msg, flags, copy, track, callback, **kwargs)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.socket.send_multipart(msg, flags=flags, copy=copy, track=track, **kwargs)
+        except zmq.ZMQError as exc:
+            gen_log.error("SEND Error: %s", exc)
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
 
 
 class KernelApp(IPKernelApp):
@@ -139,7 +155,7 @@ class KernelApp(IPKernelApp):
     kernel_class = Type(
         HarnessKernel,
         klass="ipykernel.kernelbase.Kernel",
-        help="The Kernel subclass to be used (recursa's: no subshells, no busy status, "
+        help="The Kernel subclass to be used (recursa's: no subshells, busy status optional, "
         "no shell channel thread).",
     ).tag(config=True)  # type: ignore[assignment]  # the same trait, another default
 

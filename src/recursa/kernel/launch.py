@@ -54,6 +54,10 @@ KERNEL_FLAGS: tuple[str, ...] = (
     # No busy status before each request: this client waits for idle and never
     # reads busy (recursa.api.kernelapp.HarnessKernel).
     "--HarnessKernel.publish_busy=False",
+    # Messages are packed with orjson (jupyter_client's default when it is
+    # installed) but read with the json module, which keeps integers of any
+    # size exact where orjson makes floats of those past 64 bits.
+    "--Session.unpacker=jupyter_client.session.json_unpacker",
 )
 
 EXTENSION = "recursa.api.extension"

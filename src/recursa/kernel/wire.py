@@ -46,7 +46,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
-from jupyter_client.session import Session
+from jupyter_client.session import Session, json_unpacker
 from traitlets import TraitError
 
 from recursa.errors import KernelError
@@ -80,6 +80,11 @@ def make_session(connection: Mapping[str, Any]) -> Session:
     """The :class:`Session` for one kernel's connection info (its ``key`` and
     ``signature_scheme``). Raises :class:`KernelError` for a scheme it cannot use.
 
+    Messages are packed with orjson when it is installed (jupyter_client's
+    default) and read with the json module, which keeps integers of any size
+    exact (orjson makes floats of those past 64 bits); the kernels the harness
+    launches do the same (``recursa.kernel.launch.KERNEL_FLAGS``).
+
     Replay protection is off (``digest_history_size=0``). Session's history
     would keep up to 65,536 signatures per kernel (about 8 MB) and sort them
     all to cull it every few thousand messages (tens of milliseconds), for no
@@ -93,6 +98,7 @@ def make_session(connection: Mapping[str, Any]) -> Session:
             signature_scheme=connection.get("signature_scheme", "hmac-sha256"),
             username="recursa",
             digest_history_size=0,
+            unpack=json_unpacker,
         )
     except TraitError as exc:
         raise KernelError(f"unusable kernel connection: {exc}") from exc

@@ -351,15 +351,22 @@ async def _send(connection: _Connection, request: httpx2.Request, seconds: float
     writer = connection.writer
     try:
         if body is not None:
-            # The head and the body in one write, so in one segment when they
-            # fit: a server reads the request in one receive, not two.
+            # The head and a body of up to a block in one write, so in one
+            # segment: a server reads the request in one receive, not two. A
+            # longer body is written after the head, not copied.
             if chunked:
-                parts += (b"%x\r\n%b\r\n" % (len(body), body) if body else b"", b"0\r\n\r\n")
+                if body:
+                    parts += (b"%x\r\n" % len(body), body, b"\r\n")
+                parts.append(b"0\r\n\r\n")
             else:
                 parts.append(body)
-            writer.write(b"".join(parts))
+            if len(body) <= READ_BYTES:
+                writer.write(b"".join(parts))
+            else:
+                for part in parts:  # not copied into one first
+                    writer.write(part)
             if not writer.transport.get_write_buffer_size():
-                return  # all of it is with the kernel already: nothing to wait for
+                return  # the socket took all of it: nothing to wait for
         async with asyncio.timeout(seconds):
             if body is None:
                 writer.write(b"".join(parts))

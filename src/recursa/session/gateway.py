@@ -105,7 +105,7 @@ class Gateway:
                             yield TextDelta(text=text, step=step)
                         case Retrying(kind=kind, message=message, attempt=attempt, delay=delay):
                             logger.warning(
-                                "model call to %s: %s %r; retry %d in %.1f s",
+                                "model call to %r: %s %r; retry %d in %.1f s",
                                 deps.model_ref,
                                 kind,
                                 message,
@@ -125,7 +125,7 @@ class Gateway:
             outcome = Failed("malformed", NO_RESULT)
         if isinstance(outcome, Failed):
             logger.warning(
-                "model call to %s failed: %s %r", deps.model_ref, outcome.kind, outcome.message
+                "model call to %r failed: %s %r", deps.model_ref, outcome.kind, outcome.message
             )
             yield CallEnded(outcome)
             return
