@@ -319,6 +319,29 @@ async def test_a_reply_goes_straight_to_the_socket_with_interrupts_held_off(
     assert (await kernel.execute("print('after')", timeout=10)).text() == "after\n"
 
 
+async def test_a_request_that_arrives_during_a_cell_is_answered_after_it(
+    kernel: Kernel,
+) -> None:
+    # It waits in the socket while the cell runs; the cell's reply, sent
+    # straight to the socket, must not leave it unseen (ZeroMQ's descriptor is
+    # edge-triggered, and a send can take its edge).
+    client = AsyncKernelClient()
+    client.load_connection_file(str(kernel.connection_file))
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=10)
+        running = client.execute("import time\nprint('running', flush=True)\ntime.sleep(0.5)")
+        while True:
+            msg = await client.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == running and msg["msg_type"] == "stream":
+                break
+        info = client.kernel_info()
+        replies = [await client.get_shell_msg(timeout=5) for _ in range(2)]
+        assert [r["parent_header"]["msg_id"] for r in replies] == [running, info]
+    finally:
+        client.stop_channels()
+
+
 async def test_a_request_for_a_subshell_is_answered_with_an_error(kernel: Kernel) -> None:
     # ipykernel only logs these when it has no subshells; a client would wait.
     client = AsyncKernelClient()

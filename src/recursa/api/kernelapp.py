@@ -121,7 +121,9 @@ class DirectStream(ZMQStream):
     ``KeyboardInterrupt``: an interrupt between two frames would leave half a
     message on the socket, which the next reply would be glued to. So SIGINT
     is ignored while a message is sent, as it is when ipykernel flushes the
-    queue after a request.
+    queue after a request. And as ``ZMQStream`` does after its own sends, it
+    then has any requests that arrived meanwhile handled (a send can take the
+    edge of ZeroMQ's edge-triggered descriptor, and they would wait unseen).
     """
 
     def send_multipart(
@@ -146,6 +148,10 @@ class DirectStream(ZMQStream):
             gen_log.error("SEND Error: %s", exc)
         finally:
             signal.signal(signal.SIGINT, interrupt)
+        # ZeroMQ's descriptor is edge-triggered and a send can take the edge
+        # of requests that arrived meanwhile: have them handled, as
+        # ZMQStream does after each of its own sends.
+        self._update_handler(self._state)  # type: ignore[no-untyped-call]
 
 
 class KernelApp(IPKernelApp):
