@@ -338,6 +338,27 @@ async def test_a_request_that_arrives_during_a_cell_is_answered_after_it(
         info = client.kernel_info()
         replies = [await client.get_shell_msg(timeout=5) for _ in range(2)]
         assert [r["parent_header"]["msg_id"] for r in replies] == [running, info]
+        # Even if an interrupt lands between the reply's send and its check
+        # (simulated: the check raises once), the flush after the request
+        # has the waiting request handled.
+        armed = "_s = get_ipython().kernel.shell_stream\n_arm = []\n" + (
+            "def _check(state, _real=_s._update_handler):\n"
+            "    if _arm:\n"
+            "        _arm.clear()\n"
+            "        raise KeyboardInterrupt\n"
+            "    return _real(state)\n"
+            "_s._update_handler = _check"
+        )
+        assert (await kernel.execute(armed, timeout=10)).status == "ok"
+        running = client.execute("_arm.append(1)\nprint('running', flush=True)\ntime.sleep(0.5)")
+        while True:
+            msg = await client.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == running and msg["msg_type"] == "stream":
+                break
+        info = client.kernel_info()
+        replies = [await client.get_shell_msg(timeout=5) for _ in range(2)]
+        assert [r["parent_header"]["msg_id"] for r in replies] == [running, info]
+        assert (await kernel.execute("del _s._update_handler", timeout=10)).status == "ok"
     finally:
         client.stop_channels()
 

@@ -29,6 +29,7 @@ ipykernel), and by the fork server's zygote (:mod:`recursa.kernel.zygote`).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Sequence
@@ -143,15 +144,30 @@ class DirectStream(ZMQStream):
             return
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            self.socket.send_multipart(msg, flags=flags, copy=copy, track=track, **kwargs)
-        except zmq.ZMQError as exc:
-            gen_log.error("SEND Error: %s", exc)
+            try:
+                self.socket.send_multipart(msg, flags=flags, copy=copy, track=track, **kwargs)
+            except zmq.ZMQError as exc:
+                gen_log.error("SEND Error: %s", exc)
+            finally:
+                # ZeroMQ's descriptor is edge-triggered and a send can take the
+                # edge of requests that arrived meanwhile: have them handled, as
+                # ZMQStream does after each of its own sends.
+                with contextlib.suppress(zmq.ZMQError):
+                    self._update_handler(self._state)  # type: ignore[no-untyped-call]
         finally:
             signal.signal(signal.SIGINT, interrupt)
-        # ZeroMQ's descriptor is edge-triggered and a send can take the edge
-        # of requests that arrived meanwhile: have them handled, as
-        # ZMQStream does after each of its own sends.
-        self._update_handler(self._state)  # type: ignore[no-untyped-call]
+
+    def flush(self, flag: int = zmq.POLLIN | zmq.POLLOUT, limit: int | None = None) -> int:
+        """As ``ZMQStream.flush``; and when it found nothing to do (a reply
+        already went out directly), the poller is brought up to date with the
+        socket, as the flush of a queued reply did: ipykernel flushes after
+        every request, so requests whose edge a send took are never stranded,
+        even if something interrupted the send's own check."""
+        count = super().flush(flag, limit)
+        if not count and self.socket is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._rebuild_io_state()  # type: ignore[no-untyped-call]
+        return count
 
 
 class KernelApp(IPKernelApp):
