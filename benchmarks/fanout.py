@@ -46,13 +46,13 @@ import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+from peak_memory import Sampling
 
 from recursa.config import CONFIG_FILE_NAME, MAX_CHILDREN, AgentsConfig
 from recursa.kernel import Kernel
@@ -91,34 +91,19 @@ MIB = 1 << 20
 # ------------------------------------------------------------------ sampling
 
 
-class Sampler:
+class Sampler(Sampling):
     """Samples, in a thread, the RSS of this process and its descendants and
     how many of them are live kernels; keeps the peaks."""
 
     def __init__(self, every: float, pss_every: float) -> None:
-        self.every = every
+        super().__init__(every, first=True, name="rss sampler")
         self.pss_every = pss_every
         self.tree_rss = self.own_rss = self.kernels = self.tree_pss = 0
         self._next_pss = 0.0
         self._me = psutil.Process()
         self._is_kernel: dict[int, bool] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss sampler", daemon=True)
 
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.every)
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         own = self._me.memory_info().rss
         total, kernels = own, 0
         for proc in self._me.children(recursive=True):

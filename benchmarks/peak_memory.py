@@ -1,31 +1,30 @@
 """Peak memory of a set of processes while something runs, for
 ``benchmarks/compare.py``: RSS and PSS sampled every 10 ms in a thread, with
-each process's role, and the sums the comparison prints."""
+each process's role, and the sums the comparison prints. :class:`Sampling`,
+the thread that samples while a ``with`` block runs, serves the other
+benchmarks' samplers too (``scale.py``, ``fanout.py``)."""
 
 from __future__ import annotations
 
 import re
 import threading
 from collections.abc import Callable
+from typing import Self
 
 import psutil
 
 
-class Peak:
-    """Samples the RSS and PSS of the processes ``pick`` returns (each with
-    its role), every 10 ms, and keeps every sample."""
+class Sampling:
+    """A thread that calls :meth:`sample` every ``interval`` seconds while a
+    ``with`` block runs (``first``: once at its start too)."""
 
-    def __init__(self, pick: Callable[[], list[tuple[str, psutil.Process]]]) -> None:
-        self._pick = pick
+    def __init__(self, interval: float, *, first: bool = False, name: str = "sampler") -> None:
+        self.interval = interval
+        self._first = first
         self._stop = threading.Event()
-        self.samples: list[list[tuple[str, int, int, int]]] = []
-        """Per sample: (role, pid, RSS, PSS) of each process."""
-        self.kernel: set[int] = set()
-        """The run's kernel: its process and any below it (an exec'd kernel's
-        pid is its sandbox's wrapper), set once the run has said which."""
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> Peak:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -34,15 +33,37 @@ class Peak:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            sample = []
-            for role, process in self._pick():
-                try:
-                    info = process.memory_full_info()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                sample.append((role, process.pid, info.rss, getattr(info, "pss", info.rss)))
-            self.samples.append(sample)
+        if self._first:
+            self.sample()
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class Peak(Sampling):
+    """Samples the RSS and PSS of the processes ``pick`` returns (each with
+    its role), every 10 ms, and keeps every sample."""
+
+    def __init__(self, pick: Callable[[], list[tuple[str, psutil.Process]]]) -> None:
+        super().__init__(0.01)
+        self._pick = pick
+        self.samples: list[list[tuple[str, int, int, int]]] = []
+        """Per sample: (role, pid, RSS, PSS) of each process."""
+        self.kernel: set[int] = set()
+        """The run's kernel: its process and any below it (an exec'd kernel's
+        pid is its sandbox's wrapper), set once the run has said which."""
+
+    def sample(self) -> None:
+        sample = []
+        for role, process in self._pick():
+            try:
+                info = process.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            sample.append((role, process.pid, info.rss, getattr(info, "pss", info.rss)))
+        self.samples.append(sample)
 
     @property
     def rss(self) -> int:

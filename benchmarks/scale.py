@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from peak_memory import Sampling
 
 from recursa.config import CONFIG_FILE_NAME
 from recursa.daemon import process
@@ -153,30 +154,20 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-class Peak:
+class Peak(Sampling):
     """Samples, in a thread every 20 ms, the daemon's RSS and the summed RSS of
     its kernels; keeps the largest of each and the most kernels seen."""
 
     def __init__(self, home: Home) -> None:
+        super().__init__(0.02)
         self._home = home
-        self._stop = threading.Event()
         self.daemon = self.kernels = self.count = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Peak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.daemon = max(self.daemon, rss(self._home.daemon()))
-            kernels = self._home.kernels()
-            self.kernels = max(self.kernels, sum(rss(k) for k in kernels))
-            self.count = max(self.count, len(kernels))
+    def sample(self) -> None:
+        self.daemon = max(self.daemon, rss(self._home.daemon()))
+        kernels = self._home.kernels()
+        self.kernels = max(self.kernels, sum(rss(k) for k in kernels))
+        self.count = max(self.count, len(kernels))
 
 
 def rss(proc: psutil.Process | None) -> int:
